@@ -1,0 +1,21 @@
+"""Calibration methods: pure numpy/scipy, one module each, registered by name.
+
+    >>> from app.calibration import get_method
+    >>> calibrator = get_method("platt")(input="probability").fit(scores, labels)
+    >>> calibrator.predict(new_scores)
+"""
+
+from .base import CalibrationInputError, Calibrator, NotFittedError
+from .fitting import FitResult, fit_calibrator
+from .registry import METHODS, from_dict, get_method
+
+__all__ = [
+    "METHODS",
+    "CalibrationInputError",
+    "Calibrator",
+    "FitResult",
+    "NotFittedError",
+    "fit_calibrator",
+    "from_dict",
+    "get_method",
+]

@@ -1,0 +1,110 @@
+"""Automatic method choice by cross-validated log-loss.
+
+Every candidate method is fitted K times on K-1 folds of the holdout and
+scored on the fold it did not see; the candidate with the lowest mean
+out-of-fold log-loss is refitted on the whole holdout. The per-candidate
+scores are kept, so the choice can be explained.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..metrics import log_loss
+from .base import Calibrator, CalibrationInputError
+from .crossfit import cross_val_predict, stratified_folds
+
+DEFAULT_CANDIDATES = ("platt", "temperature", "beta", "isotonic", "histogram", "venn_abers", "scaling_binning")
+
+
+def _registry() -> dict[str, type[Calibrator]]:
+    from .registry import METHODS  # the registry imports this module
+
+    return METHODS
+
+
+class AutoCalibrator(Calibrator):
+    """Pick the candidate method with the best cross-validated log-loss.
+
+    Options:
+        candidates: method names to choose among (default: every binary method).
+        n_splits: folds of the selection cross-validation (default 5).
+        seed: fold assignment seed.
+    """
+
+    method = "auto"
+    fitted_attributes = ("chosen_", "cv_log_loss_", "calibrator_")
+
+    def __init__(self, input: str = "probability", candidates: list[str] | None = None, n_splits: int = 5, seed: int = 0):
+        self.input = input
+        self.candidates = candidates
+        self.n_splits = n_splits
+        self.seed = seed
+
+    @property
+    def min_samples(self) -> int:  # type: ignore[override]
+        return max(10, 2 * self.n_splits)
+
+    def _candidate_names(self) -> list[str]:
+        return list(self.candidates) if self.candidates is not None else list(DEFAULT_CANDIDATES)
+
+    def _check_params(self) -> None:
+        if self.candidates is not None:
+            if not isinstance(self.candidates, list) or not self.candidates:
+                raise CalibrationInputError("options.candidates", "must be a non-empty list of method names")
+            methods = _registry()
+            for i, name in enumerate(self.candidates):
+                if name not in methods or name == "auto":
+                    known = ", ".join(n for n in DEFAULT_CANDIDATES)
+                    raise CalibrationInputError("options.candidates", f"unknown candidate {name!r} (known: {known})", (i,))
+        if not isinstance(self.n_splits, int) or isinstance(self.n_splits, bool) or not 2 <= self.n_splits <= 20:
+            raise CalibrationInputError("options.n_splits", "must be an integer from 2 to 20")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
+            raise CalibrationInputError("options.seed", "must be an integer")
+
+    def _fit(self, scores: np.ndarray, labels: np.ndarray, weights: np.ndarray) -> None:
+        methods = _registry()
+        folds = stratified_folds(labels, self.n_splits, self.seed)
+        self.cv_log_loss_ = {}
+        for name in self._candidate_names():
+            candidate = methods[name](input=self.input)
+            if self.input not in candidate.inputs:
+                continue
+            oof = cross_val_predict(candidate, scores, labels, weights, self.n_splits, folds=folds)
+            self.cv_log_loss_[name] = log_loss(oof, labels, weights)
+        self.chosen_ = min(self.cv_log_loss_, key=self.cv_log_loss_.get)
+        self.calibrator_ = methods[self.chosen_](input=self.input)
+        self.calibrator_._fit(scores, labels, weights)
+
+    def _predict(self, scores: np.ndarray) -> np.ndarray:
+        return self.calibrator_._predict(scores)
+
+    def predict_details(self, scores: Any, **arrays: Any):
+        self._check_fitted()
+        return self.calibrator_.predict_details(scores, **arrays)
+
+    def fit_info(self) -> dict:
+        return {
+            "chosen": self.chosen_,
+            "reason": f"lowest {self.n_splits}-fold cross-validated log-loss",
+            "cv_log_loss": self.cv_log_loss_,
+            "chosen_fit": self.calibrator_.fit_info(),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        self._check_fitted()
+        state = {"chosen_": self.chosen_, "cv_log_loss_": self.cv_log_loss_, "calibrator_": self.calibrator_.to_dict()}
+        return {"method": self.method, "params": self.get_params(), "state": state}
+
+    @classmethod
+    def _from_state(cls, params: dict[str, Any], state: dict[str, Any]) -> AutoCalibrator:
+        from .registry import from_dict
+
+        calibrator = cls(**params)
+        calibrator.chosen_ = state["chosen_"]
+        calibrator.cv_log_loss_ = dict(state["cv_log_loss_"])
+        calibrator.calibrator_ = from_dict(state["calibrator_"])
+        calibrator.n_classes_ = 2
+        return calibrator

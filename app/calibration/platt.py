@@ -1,0 +1,51 @@
+"""Platt scaling: a logistic regression on the score's logit.
+
+    p' = sigmoid(A * z + B),   z = log(p / (1 - p))  (or the score itself for logits)
+
+A and B maximise the weighted log-likelihood of the holdout labels.
+Platt (1999), "Probabilistic outputs for support vector machines".
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._logistic import fit_logistic
+from .base import Calibrator, CalibrationInputError, sigmoid, to_logit
+
+
+class PlattCalibrator(Calibrator):
+    """Platt scaling.
+
+    Options:
+        smooth_targets: fit to Platt's smoothed targets (N+ + 1)/(N+ + 2) and
+            1/(N- + 2) instead of 0/1, as scikit-learn's sigmoid calibration
+            does; it keeps A finite on separable holdouts.
+    """
+
+    method = "platt"
+    fitted_attributes = ("a_", "b_")
+
+    def __init__(self, input: str = "probability", smooth_targets: bool = False):
+        self.input = input
+        self.smooth_targets = smooth_targets
+
+    def _check_params(self) -> None:
+        if not isinstance(self.smooth_targets, bool):
+            raise CalibrationInputError("options.smooth_targets", "must be true or false")
+
+    def _fit(self, scores: np.ndarray, labels: np.ndarray, weights: np.ndarray) -> None:
+        z = to_logit(scores, self.input)
+        targets = labels.astype(np.float64)
+        if self.smooth_targets:
+            n_pos = float(np.count_nonzero(labels))
+            n_neg = labels.shape[0] - n_pos
+            targets = np.where(labels == 1, (n_pos + 1.0) / (n_pos + 2.0), 1.0 / (n_neg + 2.0))
+        features = np.column_stack([z, np.ones_like(z)])
+        self.a_, self.b_ = (float(c) for c in fit_logistic(features, targets, weights, init=[1.0, 0.0]))
+
+    def _predict(self, scores: np.ndarray) -> np.ndarray:
+        return sigmoid(self.a_ * to_logit(scores, self.input) + self.b_)
+
+    def fit_info(self) -> dict:
+        return {"a": self.a_, "b": self.b_}

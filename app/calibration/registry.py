@@ -1,0 +1,33 @@
+"""Every calibration method by name. Adding a method means adding it here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .auto import AutoCalibrator
+from .base import Calibrator, CalibrationInputError
+from .platt import PlattCalibrator
+from .temperature import TemperatureCalibrator
+
+METHODS: dict[str, type[Calibrator]] = {
+    cls.method: cls
+    for cls in (
+        PlattCalibrator,
+        TemperatureCalibrator,
+        AutoCalibrator,
+    )
+}
+
+
+def get_method(name: str) -> type[Calibrator]:
+    """The class registered under ``name``."""
+    try:
+        return METHODS[name]
+    except KeyError:
+        known = ", ".join(sorted(METHODS))
+        raise CalibrationInputError("method", f"unknown method {name!r} (known: {known})") from None
+
+
+def from_dict(data: dict[str, Any]) -> Calibrator:
+    """Rebuild a fitted calibrator from ``Calibrator.to_dict`` output. Runs no stored code."""
+    return get_method(data["method"])._from_state(data["params"], data["state"])
