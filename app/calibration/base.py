@@ -58,7 +58,7 @@ def as_float_array(values: Any, field: str, ndim: int | tuple[int, ...] = 1) -> 
         raise CalibrationInputError(field, "rows must all have the same length") from None
     if array.dtype.kind not in "fiu":
         raise CalibrationInputError(field, "must contain only numbers")
-    array = array.astype(np.float64, copy=False)
+    array = np.ascontiguousarray(array, dtype=np.float64)
     allowed = (ndim,) if isinstance(ndim, int) else ndim
     if array.ndim not in allowed:
         shapes = " or ".join({1: "a flat list", 2: "a list of rows"}[d] for d in allowed)
@@ -258,7 +258,7 @@ def check_holdout(labels: np.ndarray, weights: np.ndarray, min_samples: int) -> 
     """Reject holdouts that are too small or hold only one class."""
     n = labels.shape[0]
     if n < min_samples:
-        raise CalibrationInputError("labels", f"needs at least {min_samples} samples, got {n}")
+        raise CalibrationInputError("scores", f"needs at least {min_samples} samples, got {n}")
     counts = np.bincount(labels[weights > 0], minlength=2)
     if (counts == 0).any():
         missing = int(np.flatnonzero(counts == 0)[0])

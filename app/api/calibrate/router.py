@@ -1,0 +1,57 @@
+"""/calibrate: the hot path, called once per prediction batch.
+
+Parsed by hand with orjson and validated as numpy arrays; the calibrator comes
+from the in-memory store, and the database is read only on a cache miss.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
+
+from ...calibration import CalibrationInputError
+from ..bodies import parse_json_object, require_json
+from ..problems import Problem, input_error
+from ..state import services
+from ..validation import json_response, request_body
+from .schemas import CalibrateRequest, CalibrateResponse
+
+router = APIRouter(tags=["calibrate"])
+
+_FIELDS = frozenset(CalibrateRequest.model_fields)
+
+
+@router.post(
+    "/calibrate",
+    summary="Calibrate a batch of scores",
+    openapi_extra=request_body(("application/json", CalibrateRequest)),
+    responses={200: {"model": CalibrateResponse}, 404: {}, 409: {}, 413: {}, 415: {}, 422: {}},
+)
+async def calibrate(request: Request) -> Response:
+    require_json(request.headers)
+    data = parse_json_object(await request.body())
+    name, version, scores = _envelope(data)
+    store = services(request).store
+    loaded = store.get(name, version) or await run_in_threadpool(store.load, name, version)
+    try:
+        probabilities, extras = loaded.calibrator.predict_details(scores)
+    except CalibrationInputError as error:
+        raise input_error(error, ()) from None
+    return json_response({"calibrator": name, "version": loaded.version, "probabilities": probabilities, **extras})
+
+
+def _envelope(data: dict) -> tuple[str, int | None, object]:
+    """Check the request's fields by hand: cheaper than a pydantic model per request."""
+    unknown = data.keys() - _FIELDS
+    if unknown:
+        raise Problem.invalid(f"/{sorted(unknown)[0]}", "unknown field")
+    name = data.get("calibrator")
+    if not isinstance(name, str):
+        raise Problem.invalid("/calibrator", "required: the calibrator's name, a string")
+    version = data.get("version")
+    if version is not None and (type(version) is not int or version < 1):
+        raise Problem.invalid("/version", "must be a positive integer or null")
+    if "scores" not in data:
+        raise Problem.invalid("/scores", "required: a list of scores")
+    return name, version, data["scores"]

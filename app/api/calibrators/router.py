@@ -1,0 +1,170 @@
+"""/calibrators: fit, list, inspect, promote and delete calibrators."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Request
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
+
+from ...calibration import CalibrationInputError, fit_calibrator
+from ...storage import repository
+from ...storage.repository import CalibratorInfo, VersionInfo
+from ..bodies import media_type, parse_json_object, require_json
+from ..problems import Problem, input_error
+from ..state import services
+from ..validation import NAME_PATTERN, json_response, request_body, validate
+from .schemas import (
+    CalibratorOut,
+    CalibratorPage,
+    FitRequest,
+    FitUpload,
+    PromoteOut,
+    PromoteRequest,
+    VersionDetailOut,
+    VersionOut,
+)
+from .upload import csv_input_error, read_upload
+
+router = APIRouter(tags=["calibrators"])
+
+NamePath = Annotated[str, Path(pattern=NAME_PATTERN)]
+VersionPath = Annotated[int, Path(ge=1)]
+
+
+def version_out(info: VersionInfo, with_parameters: bool = False) -> dict[str, Any]:
+    out = {
+        "name": info.name,
+        "version": info.version,
+        "current": info.current,
+        "method": info.method,
+        "input": info.input_kind,
+        "n_classes": info.n_classes,
+        "classes": info.classes,
+        "n_samples": info.n_samples,
+        "holdout_sha256": info.holdout_sha256,
+        "created_at": info.created_at,
+        "fit_seconds": info.fit_seconds,
+        "summary": info.summary,
+    }
+    if with_parameters:
+        out["parameters"] = info.parameters
+    return out
+
+
+def calibrator_out(info: CalibratorInfo) -> dict[str, Any]:
+    latest = info.versions[-1]
+    return {
+        "name": info.name,
+        "current_version": info.current_version,
+        "latest_version": info.latest_version,
+        "created_at": info.created_at,
+        "updated_at": info.updated_at,
+        "latest": version_out(latest),
+        "versions": [
+            {key: value for key, value in version_out(v).items() if key in _LIST_FIELDS} for v in info.versions
+        ],
+    }
+
+
+_LIST_FIELDS = {"version", "current", "method", "input", "n_classes", "n_samples", "created_at"}
+
+
+@router.post(
+    "/calibrators",
+    status_code=201,
+    summary="Fit a calibrator and store it as the next version of its name",
+    openapi_extra=request_body(("application/json", FitRequest), ("multipart/form-data", FitUpload)),
+    responses={201: {"model": VersionOut}, 413: {}, 415: {}, 422: {}},
+)
+async def create_calibrator(request: Request) -> Response:
+    kind = media_type(request.headers)
+    if kind == "multipart/form-data":
+        fit, holdout = await read_upload(request)
+        to_problem = csv_input_error
+    elif kind in ("application/json", "") or kind.endswith("+json"):
+        fit = validate(FitRequest, parse_json_object(await request.body()))
+        holdout = {key: getattr(fit.holdout, key) for key in ("scores", "labels", "sample_weight")}
+
+        def to_problem(error: CalibrationInputError) -> Problem:
+            return input_error(error, ("holdout",))
+    else:
+        raise Problem(415, f"send application/json or multipart/form-data, not {kind}")
+
+    try:
+        result = await run_in_threadpool(
+            fit_calibrator, fit.method, fit.input, fit.options,
+            holdout["scores"], holdout["labels"], holdout["sample_weight"],
+        )
+    except CalibrationInputError as error:
+        raise to_problem(error) from None
+
+    app = services(request)
+    info = await run_in_threadpool(
+        repository.create_version,
+        app.sessions,
+        name=fit.name,
+        method=fit.method,
+        input_kind=fit.input,
+        n_classes=result.calibrator.n_classes_,
+        classes=None,
+        parameters=result.calibrator.to_dict(),
+        summary=result.summary,
+        holdout_sha256=result.holdout_sha256,
+        n_samples=result.n_samples,
+        fit_seconds=result.fit_seconds,
+        promote=fit.promote,
+    )
+    app.store.stored(info)
+    location = f"/calibrators/{info.name}/versions/{info.version}"
+    return json_response(version_out(info), 201, headers={"Location": location})
+
+
+@router.get("/calibrators", summary="List calibrators, a page at a time", response_model=CalibratorPage)
+async def list_calibrators(
+    request: Request,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: Annotated[str | None, Query(max_length=200)] = None,
+) -> Response:
+    items, next_cursor = await run_in_threadpool(repository.list_calibrators, services(request).sessions, limit, cursor)
+    return json_response({"items": items, "next_cursor": next_cursor})
+
+
+@router.get("/calibrators/{name}", summary="A calibrator, its latest version and its versions", response_model=CalibratorOut)
+async def get_calibrator(request: Request, name: NamePath) -> Response:
+    info = await run_in_threadpool(repository.get_calibrator, services(request).sessions, name)
+    return json_response(calibrator_out(info))
+
+
+@router.get(
+    "/calibrators/{name}/versions/{version}",
+    summary="One version: its fit summary and parameters",
+    response_model=VersionDetailOut,
+)
+async def get_version(request: Request, name: NamePath, version: VersionPath) -> Response:
+    info = await run_in_threadpool(repository.get_version, services(request).sessions, name, version)
+    return json_response(version_out(info, with_parameters=True))
+
+
+@router.post(
+    "/calibrators/{name}/promote",
+    summary="Make a version current: pin it, or roll back",
+    openapi_extra=request_body(("application/json", PromoteRequest)),
+    response_model=PromoteOut,
+)
+async def promote(request: Request, name: NamePath) -> Response:
+    require_json(request.headers)
+    body = validate(PromoteRequest, parse_json_object(await request.body()))
+    app = services(request)
+    info = await run_in_threadpool(repository.promote, app.sessions, name, body.version)
+    app.store.set_current(info.name, info.uid, info.current_version)
+    return json_response({"name": info.name, "current_version": info.current_version, "latest_version": info.latest_version})
+
+
+@router.delete("/calibrators/{name}", status_code=204, summary="Delete a calibrator, all its versions and its feedback")
+async def delete_calibrator(request: Request, name: NamePath) -> Response:
+    app = services(request)
+    await run_in_threadpool(repository.delete_calibrator, app.sessions, name)
+    app.store.forget(name)
+    return Response(status_code=204)

@@ -1,0 +1,119 @@
+"""Request and response shapes of /calibrators.
+
+Array fields are typed loosely here (``list[Any]``) so that pydantic checks only
+the envelope; the core validates the arrays as numpy arrays, with pointers to
+any bad element. Their documented schema still says what goes in them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+
+from ..validation import NAME_PATTERN
+
+Numbers = Annotated[list[Any], WithJsonSchema({"type": "array", "items": {"type": "number"}, "minItems": 1})]
+Labels = Annotated[list[Any], WithJsonSchema({"type": "array", "items": {"type": "integer", "enum": [0, 1]}, "minItems": 1})]
+Name = Annotated[str, Field(pattern=NAME_PATTERN, description="lowercase letters, digits, '.', '_', '-'")]
+Input = Literal["probability", "logit"]
+
+
+class Holdout(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    scores: Numbers
+    labels: Labels
+    sample_weight: Numbers | None = None
+
+
+class FitRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: Name
+    method: str = Field(description="a registered method, or 'auto'")
+    input: Input = "probability"
+    options: dict[str, Any] = Field(default_factory=dict, description="the method's options")
+    promote: bool = Field(default=True, description="make the new version current")
+    holdout: Holdout
+
+
+class FitUpload(BaseModel):
+    """The same fit as a CSV upload (multipart/form-data)."""
+
+    name: Name
+    method: str
+    input: Input = "probability"
+    options: str = Field(default="{}", description="the method's options as a JSON object")
+    promote: bool = True
+    file: bytes = Field(
+        json_schema_extra={"format": "binary"},
+        description="CSV with a header row: label, score (or score_0..score_{K-1}), optionally weight",
+    )
+
+
+class PromoteRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = Field(ge=1)
+
+
+class VersionOut(BaseModel):
+    name: str
+    version: int
+    current: bool
+    method: str
+    input: Input
+    n_classes: int
+    classes: list[Any] | None
+    n_samples: int
+    holdout_sha256: str
+    created_at: datetime
+    fit_seconds: float
+    summary: dict[str, Any]
+
+
+class VersionDetailOut(VersionOut):
+    parameters: dict[str, Any]
+
+
+class VersionListItem(BaseModel):
+    version: int
+    current: bool
+    method: str
+    input: Input
+    n_classes: int
+    n_samples: int
+    created_at: datetime
+
+
+class CalibratorOut(BaseModel):
+    name: str
+    current_version: int | None
+    latest_version: int
+    created_at: datetime
+    updated_at: datetime
+    latest: VersionOut
+    versions: list[VersionListItem]
+
+
+class CalibratorListItem(BaseModel):
+    name: str
+    current_version: int | None
+    latest_version: int
+    method: str | None
+    n_classes: int | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class CalibratorPage(BaseModel):
+    items: list[CalibratorListItem]
+    next_cursor: str | None
+
+
+class PromoteOut(BaseModel):
+    name: str
+    current_version: int
+    latest_version: int

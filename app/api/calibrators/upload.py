@@ -1,0 +1,101 @@
+"""The CSV form of a fit: multipart/form-data with the fit's fields and a file.
+
+The file has a header row naming its columns: ``label``, then ``score`` (or
+``score_0`` ... ``score_{K-1}``), and optionally ``weight``.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import numpy as np
+from fastapi import Request
+from starlette.datastructures import UploadFile
+
+from ...calibration import CalibrationInputError
+from ..bodies import parse_json
+from ..problems import Problem
+from ..validation import validate
+from .schemas import FitRequest, Holdout
+
+
+def _csv_columns(header: str) -> dict[str, int]:
+    columns = [c.strip().strip('"') for c in header.split(",")]
+    known = {"label", "score", "weight"}
+    for position, column in enumerate(columns):
+        if column not in known and not (column.startswith("score_") and column[6:].isdigit()):
+            raise Problem.invalid("/file", f"unknown column {column!r} in the header (expected label, score, weight)")
+        if columns.index(column) != position:
+            raise Problem.invalid("/file", f"column {column!r} appears twice in the header")
+    if "label" not in columns:
+        raise Problem.invalid("/file", "the header has no 'label' column")
+    if "score" not in columns:
+        raise Problem.invalid("/file", "the header has no 'score' column")
+    return {column: position for position, column in enumerate(columns)}
+
+
+def _first_bad_line(rows: str, columns: list[str]) -> str:
+    """Say where a CSV that numpy refused goes wrong (lines counted from the header, line 1)."""
+    for number, line in enumerate(rows.splitlines(), start=2):
+        if not line.strip():
+            continue
+        fields = line.split(",")
+        if len(fields) != len(columns):
+            return f"line {number} has {len(fields)} fields but the header names {len(columns)}"
+        for column, field in zip(columns, fields):
+            try:
+                float(field)
+            except ValueError:
+                return f"line {number}, column {column}: {field.strip()!r} is not a number"
+    return "the file is not a CSV of numbers"
+
+
+def parse_csv(content: bytes) -> dict[str, Any]:
+    """Columns of a holdout CSV as arrays, in the shape of ``Holdout``."""
+    text = content.decode("utf-8-sig", errors="strict") if content else ""
+    header, _, rows = text.partition("\n")
+    columns = _csv_columns(header.strip())
+    if not rows.strip():
+        raise Problem.invalid("/file", "the file has a header but no rows")
+    try:
+        table = np.loadtxt(io.StringIO(rows), delimiter=",", dtype=np.float64, ndmin=2)
+    except ValueError:
+        raise Problem.invalid("/file", _first_bad_line(rows, list(columns))) from None
+    if table.shape[1] != len(columns):
+        raise Problem.invalid("/file", f"rows have {table.shape[1]} fields but the header names {len(columns)}")
+    return {
+        "scores": table[:, columns["score"]],
+        "labels": table[:, columns["label"]],
+        "sample_weight": table[:, columns["weight"]] if "weight" in columns else None,
+    }
+
+
+async def read_upload(request: Request) -> tuple[FitRequest, dict[str, Any]]:
+    """The fit request and holdout arrays of a multipart CSV upload."""
+    async with request.form(max_files=1, max_fields=16) as form:
+        fields = {key: value for key, value in form.items() if not isinstance(value, UploadFile)}
+        upload = form.get("file")
+        if not isinstance(upload, UploadFile):
+            raise Problem.invalid("/file", "a CSV file is required in the 'file' field")
+        content = await upload.read()
+    options = parse_json(fields.pop("options", "{}").encode() or b"{}")
+    unknown = set(fields) - {"name", "method", "input", "promote"}
+    if unknown:
+        raise Problem.invalid(f"/{sorted(unknown)[0]}", "unknown field")
+    holdout = parse_csv(content)
+    envelope = {**fields, "options": options, "holdout": {"scores": [0], "labels": [0]}}
+    request_model = validate(FitRequest, envelope)
+    return request_model, holdout
+
+
+def csv_input_error(error: CalibrationInputError) -> Problem:
+    """Locate a core validation error in the uploaded file (the header is line 1)."""
+    column = {"scores": "score", "labels": "label", "sample_weight": "weight"}.get(error.field)
+    if column is None:
+        return Problem.invalid("/" + error.field.replace(".", "/"), error.detail)
+    where = f"line {error.index[0] + 2}, column {column}" if error.index else f"column {column}"
+    return Problem.invalid("/file", f"{where}: {error.detail}")
+
+
+__all__ = ["Holdout", "csv_input_error", "parse_csv", "read_upload"]

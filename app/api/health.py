@@ -1,0 +1,40 @@
+"""/healthz (the process is up) and /readyz (the database is reachable and migrated)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from sqlalchemy import text
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
+
+from ..storage import migrate
+from .problems import problem_response
+from .state import services
+from .validation import json_response
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", summary="Liveness")
+async def healthz() -> Response:
+    return json_response({"status": "ok"})
+
+
+@router.get("/readyz", summary="Readiness: database reachable, migrations at head", responses={503: {}})
+async def readyz(request: Request) -> Response:
+    engine = services(request).engine
+
+    def check() -> str | None:
+        with engine.connect() as connection:
+            connection.execute(text("SELECT 1"))
+        if not migrate.is_at_head(engine):
+            return "the database schema is behind; run `calibd migrate`"
+        return None
+
+    try:
+        problem = await run_in_threadpool(check)
+    except Exception as error:  # any driver error means: not ready
+        return problem_response(503, f"database unreachable: {type(error).__name__}", headers={"Retry-After": "5"})
+    if problem:
+        return problem_response(503, problem)
+    return json_response({"status": "ready"})

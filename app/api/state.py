@@ -1,0 +1,24 @@
+"""What the routers share: settings, the database and the calibrator cache."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fastapi import Request
+from sqlalchemy import Engine
+
+from ..config import Settings
+from ..storage.cache import CalibratorStore
+from ..storage.repository import Sessions
+
+
+@dataclass
+class Services:
+    settings: Settings
+    engine: Engine
+    sessions: Sessions
+    store: CalibratorStore
+
+
+def services(request: Request) -> Services:
+    return request.app.state.services

@@ -1,0 +1,118 @@
+"""Histogram binning with equal-mass bins and a beta prior toward the base rate.
+
+    p'(s) = (sum_{i in bin(s)} w_i y_i + S r) / (sum_{i in bin(s)} w_i + S)
+
+where r = sum w y / sum w is the holdout's weighted positive rate and S the
+option ``prior_strength`` (a Beta(S r, S (1 - r)) prior on each bin's rate;
+S = 0 gives the plain bin mean). S is in units of weight, i.e. of samples
+when there are no sample weights. Zadrozny & Elkan (2001), "Obtaining
+calibrated probability estimates from decision trees and naive Bayesian
+classifiers" (histogram binning); the shrinkage is the posterior mean of a
+beta-binomial model, so that small bins are not exactly 0 or 1.
+
+Bins are equal-mass on the holdout scores, on the scale they are given in
+(probabilities or logits; a monotone change of scale gives the same bins).
+With the holdout sorted ascending and W the total weight, the k-th edge
+(k = 1 .. n_bins - 1) is the first score whose preceding weight reaches
+k W / n_bins; without weights that is sorted position ceil(k n / n_bins), so
+n = 10 and 5 bins give bins of 2, 2, 2, 2, 2 points.
+
+Convention: bins are left-closed, [e_k, e_{k+1}), the last one closed; a
+score below the first edge is in the first bin and a score above the last
+edge in the last one, so scores outside the holdout range go to the end bins.
+All copies of a tied score fall in one bin. Ties, and n_bins larger than the
+number of distinct scores, give repeated edges or an edge at the minimum
+score; those would make empty bins, so they are dropped (the empty bins merge
+into their neighbour) and the fit may have fewer bins than ``n_bins``. Every
+bin keeps at least one holdout score.
+
+The output is piecewise constant and not necessarily non-decreasing in the
+score (``monotone = False``): no order is imposed on the bin values.
+"""
+
+from __future__ import annotations
+
+from numbers import Integral, Real
+from typing import Any
+
+import numpy as np
+
+from .base import Calibrator, CalibrationInputError
+
+MAX_BINS = 1000
+
+
+def equal_mass_edges(sorted_scores: np.ndarray, sorted_weights: np.ndarray, n_bins: int) -> np.ndarray:
+    """Interior edges of at most ``n_bins`` non-empty equal-mass bins [e_k, e_{k+1}).
+
+    ``sorted_scores`` ascending. Returns strictly increasing edges, all holdout
+    scores and all above the smallest score, so that no bin is empty.
+    """
+    cum_before = np.concatenate([[0.0], np.cumsum(sorted_weights)[:-1]])
+    total = float(sorted_weights.sum())
+    targets = np.arange(1, n_bins) * (total / n_bins)
+    positions = np.searchsorted(cum_before, targets, side="left")
+    positions = positions[positions < sorted_scores.shape[0]]
+    edges = np.unique(sorted_scores[positions])
+    return edges[edges > sorted_scores[0]]
+
+
+def check_n_bins(value: Any, field: str = "options.n_bins") -> None:
+    if isinstance(value, bool) or not isinstance(value, Integral) or not 1 <= value <= MAX_BINS:
+        raise CalibrationInputError(field, f"must be an integer from 1 to {MAX_BINS}")
+
+
+class HistogramCalibrator(Calibrator):
+    """Equal-mass histogram binning, each bin shrunk toward the base rate.
+
+    Options:
+        n_bins: the number of equal-mass bins (default 10, 1 to 1000); fewer
+            when ties leave fewer distinct scores.
+        prior_strength: S, the weight of the beta prior toward the base rate
+            r in each bin (default 2.0; 0 gives the raw bin means).
+    """
+
+    method = "histogram"
+    monotone = False
+    fitted_attributes = ("edges_", "values_", "bin_weights_", "base_rate_")
+
+    def __init__(self, input: str = "probability", n_bins: int = 10, prior_strength: float = 2.0):
+        self.input = input
+        self.n_bins = n_bins
+        self.prior_strength = prior_strength
+
+    def _check_params(self) -> None:
+        check_n_bins(self.n_bins)
+        s = self.prior_strength
+        if isinstance(s, bool) or not isinstance(s, Real) or not np.isfinite(s) or s < 0:
+            raise CalibrationInputError("options.prior_strength", "must be a finite number >= 0")
+
+    def _fit(self, scores: np.ndarray, labels: np.ndarray, weights: np.ndarray) -> None:
+        order = np.argsort(scores, kind="stable")
+        sorted_scores, sorted_weights = scores[order], weights[order]
+        edges = equal_mass_edges(sorted_scores, sorted_weights, int(self.n_bins))
+        index = np.searchsorted(edges, scores, side="right")
+        n = edges.shape[0] + 1
+        bin_weights = np.bincount(index, weights=weights, minlength=n)
+        bin_positives = np.bincount(index, weights=weights * labels, minlength=n)
+        rate = float(np.dot(weights, labels) / weights.sum())
+        s = float(self.prior_strength)
+        denominator = bin_weights + s
+        with np.errstate(invalid="ignore", divide="ignore"):
+            values = np.where(denominator > 0, (bin_positives + s * rate) / denominator, rate)
+        self.edges_ = edges
+        self.values_ = np.clip(values, 0.0, 1.0)
+        self.bin_weights_ = bin_weights
+        self.base_rate_ = rate
+
+    def _predict(self, scores: np.ndarray) -> np.ndarray:
+        return self.values_[np.searchsorted(self.edges_, scores, side="right")]
+
+    def fit_info(self) -> dict[str, Any]:
+        return {
+            "n_bins": int(self.values_.shape[0]),
+            "edges": self.edges_.tolist(),
+            "values": self.values_.tolist(),
+            "bin_weights": self.bin_weights_.tolist(),
+            "base_rate": self.base_rate_,
+        }

@@ -1,0 +1,161 @@
+"""The in-process view of the registry that keeps /calibrate off the database.
+
+Two maps live in memory:
+- ``name -> (uid, current version)``, refreshed by ``refresh()`` (polled about
+  twice a second) when the database's registry generation has moved, and
+  updated at once by this process's own fits, promotions and deletions;
+- a byte-bounded LRU of loaded calibrators keyed by ``(uid, version)``.
+  Versions are immutable and a re-created name gets a new uid, so an entry
+  can never be stale; it only ages out.
+
+After warm-up a request resolves its calibrator without touching the
+database, and keeps doing so while the database is down.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..calibration import Calibrator, from_dict
+from . import repository
+from .repository import NoCurrentVersion, NotFound, Sessions, VersionInfo
+
+
+@dataclass(frozen=True)
+class LoadedCalibrator:
+    name: str
+    uid: str
+    version: int
+    method: str
+    input_kind: str
+    n_classes: int
+    classes: list[Any] | None
+    calibrator: Calibrator
+    nbytes: int
+
+
+def estimate_nbytes(value: Any) -> int:
+    """Rough memory held by a fitted calibrator: its arrays plus a fixed overhead."""
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if isinstance(value, Calibrator):
+        return 1024 + sum(estimate_nbytes(v) for v in vars(value).values())
+    if isinstance(value, dict):
+        return 64 * len(value) + sum(estimate_nbytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return 8 * len(value) + sum(estimate_nbytes(v) for v in value)
+    return 32
+
+
+class CalibratorStore:
+    def __init__(self, sessions: Sessions, max_bytes: int):
+        self._sessions = sessions
+        self._max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._current: dict[str, tuple[str, int | None]] = {}
+        self._generation: int | None = None
+        self._local_changes = 0
+        self._loaded: OrderedDict[tuple[str, int], LoadedCalibrator] = OrderedDict()
+        self._loaded_bytes = 0
+
+    # -- the hot path: memory only ------------------------------------------
+    def get(self, name: str, version: int | None) -> LoadedCalibrator | None:
+        """The calibrator if it is resolvable from memory, else None (call ``load``)."""
+        entry = self._current.get(name)
+        if entry is None:
+            return None
+        uid, current = entry
+        key = (uid, current if version is None else version)
+        with self._lock:
+            loaded = self._loaded.get(key)
+            if loaded is not None:
+                self._loaded.move_to_end(key)
+        return loaded
+
+    # -- misses: one database read --------------------------------------------
+    def load(self, name: str, version: int | None) -> LoadedCalibrator:
+        """Read the version from the database and cache it. Raises NotFound, NoCurrentVersion."""
+        info = repository.get_version(self._sessions, name, version)
+        loaded = self._cache(info)
+        with self._lock:
+            self._current[name] = (info.uid, info.current_version)
+        return loaded
+
+    def _cache(self, info: VersionInfo) -> LoadedCalibrator:
+        calibrator = from_dict(info.parameters)
+        loaded = LoadedCalibrator(
+            name=info.name,
+            uid=info.uid,
+            version=info.version,
+            method=info.method,
+            input_kind=info.input_kind,
+            n_classes=info.n_classes,
+            classes=info.classes,
+            calibrator=calibrator,
+            nbytes=estimate_nbytes(calibrator),
+        )
+        key = (info.uid, info.version)
+        with self._lock:
+            previous = self._loaded.pop(key, None)
+            if previous is not None:
+                self._loaded_bytes -= previous.nbytes
+            self._loaded[key] = loaded
+            self._loaded_bytes += loaded.nbytes
+            # Keep at least the newest entry even if it alone exceeds the budget.
+            while self._loaded_bytes > self._max_bytes and len(self._loaded) > 1:
+                _, evicted = self._loaded.popitem(last=False)
+                self._loaded_bytes -= evicted.nbytes
+        return loaded
+
+    # -- this process's own changes -------------------------------------------
+    def stored(self, info: VersionInfo) -> None:
+        """A version was just committed by this process: cache it and its name's current version."""
+        self._cache(info)
+        self.set_current(info.name, info.uid, info.current_version)
+
+    def set_current(self, name: str, uid: str, version: int | None) -> None:
+        with self._lock:
+            self._current[name] = (uid, version)
+            self._local_changes += 1
+
+    def forget(self, name: str) -> None:
+        with self._lock:
+            self._current.pop(name, None)
+            self._local_changes += 1
+
+    # -- other processes' changes ----------------------------------------------
+    def refresh(self) -> bool:
+        """Reload the current-version map if the registry generation moved. Returns True if reloaded.
+
+        The generation is read before the map, so the map is at least as new as
+        the generation recorded; a local change made while reading discards the
+        read (it may predate that change) and forces another next time.
+        """
+        with self._lock:
+            local_changes = self._local_changes
+        generation = repository.registry_generation(self._sessions)
+        if generation == self._generation:
+            return False
+        current = repository.current_versions(self._sessions)
+        with self._lock:
+            if local_changes != self._local_changes:
+                self._generation = None
+                return False
+            self._current = current
+            self._generation = generation
+        return True
+
+    @property
+    def cached_bytes(self) -> int:
+        return self._loaded_bytes
+
+    def __len__(self) -> int:
+        return len(self._loaded)
+
+
+__all__ = ["CalibratorStore", "LoadedCalibrator", "NoCurrentVersion", "NotFound"]

@@ -1,0 +1,89 @@
+"""Database tables. The schema changes only through Alembic migrations (migrations/)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, DateTime, Float, ForeignKey, Integer, String, UniqueConstraint
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
+
+JSONType = JSON().with_variant(JSONB(), "postgresql")
+
+
+class UTCDateTime(TypeDecorator):
+    """A timezone-aware UTC timestamp on every backend (SQLite stores naive values)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return value
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class CalibratorRow(Base):
+    """A named calibrator: a counter of its versions and which one is current."""
+
+    __tablename__ = "calibrators"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(63), unique=True)
+    # A fresh random id per creation: a deleted and re-created name never
+    # reuses a cache entry of its predecessor.
+    uid: Mapped[str] = mapped_column(String(32), unique=True)
+    latest_version: Mapped[int] = mapped_column(Integer, default=0)
+    current_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    versions: Mapped[list[VersionRow]] = relationship(
+        back_populates="calibrator", cascade="all, delete-orphan", passive_deletes=True, order_by="VersionRow.version"
+    )
+
+
+class VersionRow(Base):
+    """One immutable fitted version of a calibrator."""
+
+    __tablename__ = "calibrator_versions"
+    __table_args__ = (UniqueConstraint("calibrator_id", "version"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    calibrator_id: Mapped[int] = mapped_column(ForeignKey("calibrators.id", ondelete="CASCADE"), index=True)
+    version: Mapped[int] = mapped_column(Integer)
+    method: Mapped[str] = mapped_column(String(64))
+    input_kind: Mapped[str] = mapped_column(String(16))
+    n_classes: Mapped[int] = mapped_column(Integer)
+    classes: Mapped[list[Any] | None] = mapped_column(JSONType, nullable=True)
+    parameters: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    summary: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    holdout_sha256: Mapped[str] = mapped_column(String(64))
+    n_samples: Mapped[int] = mapped_column(Integer)
+    fit_seconds: Mapped[float] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    calibrator: Mapped[CalibratorRow] = relationship(back_populates="versions")
+
+
+class RegistryState(Base):
+    """A single row whose generation grows with every change to which version is current.
+
+    Each process polls it; when it moves, the process reloads the name -> current
+    version map. One cheap read per poll whatever the number of calibrators.
+    """
+
+    __tablename__ = "registry_state"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    generation: Mapped[int] = mapped_column(BigInteger, default=0)

@@ -1,0 +1,27 @@
+"""Alembic environment: migrations run on the engine calibd passes in, or on
+CALIBD_DATABASE_URL when alembic is run by hand (``alembic upgrade head``)."""
+
+from alembic import context
+
+from app.config import Settings
+from app.storage.db import make_engine
+from app.storage.models import Base
+
+config = context.config
+target_metadata = Base.metadata
+
+
+def run_migrations() -> None:
+    engine = config.attributes.get("engine") or make_engine(Settings().database_url)
+    with engine.connect() as connection:
+        context.configure(
+            connection=connection,
+            target_metadata=target_metadata,
+            render_as_batch=connection.dialect.name == "sqlite",
+        )
+        with context.begin_transaction():
+            context.run_migrations()
+        connection.commit()
+
+
+run_migrations()

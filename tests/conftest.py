@@ -1,0 +1,147 @@
+"""Fixtures: real databases (SQLite and PostgreSQL) and calibd served over real HTTP.
+
+Every database test runs once per backend. PostgreSQL is
+CALIBD_TEST_POSTGRES_URL (default: the local `test` database); each test
+session works in a schema of its own, dropped at the end. Without CI set, an
+unreachable PostgreSQL skips its half of the tests; with CI set, it fails them.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+from sqlalchemy import create_engine, text
+
+from app.config import Settings
+from app.main import create_app
+from app.storage import migrate
+from app.storage.db import make_engine
+
+POSTGRES_URL = os.environ.get("CALIBD_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+def _postgres_schema_url(schema: str) -> str:
+    separator = "&" if "?" in POSTGRES_URL else "?"
+    return f"{POSTGRES_URL}{separator}options=-csearch_path%3D{schema}"
+
+
+@pytest.fixture(scope="session", params=["sqlite", "postgresql"])
+def database_url(request, tmp_path_factory) -> Iterator[str]:
+    """A migrated database of each backend, shared by the session's tests."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('db') / 'calibd.db'}"
+        engine = make_engine(url)
+        migrate.upgrade(engine)
+        engine.dispose()
+        yield url
+        return
+    admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            connection.execute(text("SELECT 1"))
+    except Exception as error:
+        admin.dispose()
+        if os.environ.get("CI"):
+            pytest.fail(f"PostgreSQL is required in CI but unreachable at {POSTGRES_URL}: {error}")
+        pytest.skip(f"PostgreSQL unreachable at {POSTGRES_URL}")
+    schema = f"calibd_test_{uuid.uuid4().hex[:12]}"
+    with admin.connect() as connection:
+        connection.execute(text(f"CREATE SCHEMA {schema}"))
+    url = _postgres_schema_url(schema)
+    engine = make_engine(url)
+    migrate.upgrade(engine)
+    engine.dispose()
+    try:
+        yield url
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+        admin.dispose()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LiveServer:
+    """calibd served by uvicorn in a background thread, on a loopback port."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.port = free_port()
+        config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=self.port, log_level="warning")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> LiveServer:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("calibd did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=20)
+
+
+@pytest.fixture(scope="session")
+def server(database_url) -> Iterator[LiveServer]:
+    with LiveServer(Settings(database_url=database_url)) as live:
+        yield live
+
+
+@pytest.fixture
+def client(server) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.url, timeout=60) as http:
+        yield http
+
+
+@pytest.fixture
+def name() -> str:
+    """A calibrator name no other test uses."""
+    return f"test-{uuid.uuid4().hex[:16]}"
+
+
+class RowCounter:
+    """Counts the rows of every table, to prove a failed request wrote nothing."""
+
+    TABLES = ("calibrators", "calibrator_versions", "registry_state")
+
+    def __init__(self, url: str):
+        self.engine = make_engine(url)
+
+    def __call__(self) -> dict[str, object]:
+        with self.engine.connect() as connection:
+            counts: dict[str, object] = {
+                table: connection.execute(text(f"SELECT count(*) FROM {table}")).scalar_one() for table in self.TABLES
+            }
+            counts["generation"] = connection.execute(text("SELECT generation FROM registry_state")).scalar_one()
+        return counts
+
+
+@pytest.fixture
+def row_counts(database_url) -> Iterator[RowCounter]:
+    counter = RowCounter(database_url)
+    yield counter
+    counter.engine.dispose()
+
+
+REPO = Path(__file__).resolve().parent.parent
