@@ -43,12 +43,15 @@ def fit_logistic(
         hessian = (features * curvature[:, None]).T @ features
         hessian[np.diag_indices(d)] += 1e-12 * (np.trace(hessian) + 1.0)
         step = np.linalg.solve(hessian, gradient)
+        # Near the optimum a full step changes the loss by less than its
+        # rounding error, so "no worse" allows for that rounding.
+        slack = 1e-12 * abs(loss)
         scale = 1.0
         while True:
             candidate = beta - scale * step
             candidate_eta = features @ candidate
             candidate_loss = logistic_loss(candidate_eta, targets, weights)
-            if candidate_loss <= loss or scale < 1e-10:
+            if candidate_loss <= loss + slack or scale < 1e-10:
                 break
             scale *= 0.5
         converged = scale * np.max(np.abs(step)) <= tol * (1.0 + np.max(np.abs(beta)))

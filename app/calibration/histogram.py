@@ -12,19 +12,20 @@ beta-binomial model, so that small bins are not exactly 0 or 1.
 
 Bins are equal-mass on the holdout scores, on the scale they are given in
 (probabilities or logits; a monotone change of scale gives the same bins).
-With the holdout sorted ascending and W the total weight, the k-th edge
-(k = 1 .. n_bins - 1) is the first score whose preceding weight reaches
-k W / n_bins; without weights that is sorted position ceil(k n / n_bins), so
-n = 10 and 5 bins give bins of 2, 2, 2, 2, 2 points.
+Copies of a score are never split between bins: with the distinct holdout
+scores u_1 < ... < u_m, the weight before u_j is c_j = sum of w_i over s_i <
+u_j, and the k-th edge (k = 1 .. n_bins - 1) is the u_j whose c_j is nearest
+to k W / n_bins (W the total weight; halfway goes to the upper one). Without
+ties or weights, n = 10 and 5 bins give 2, 2, 2, 2, 2 points and 3 bins give
+3, 4, 3. A weight of k counts exactly as k copies of the row.
 
 Convention: bins are left-closed, [e_k, e_{k+1}), the last one closed; a
 score below the first edge is in the first bin and a score above the last
 edge in the last one, so scores outside the holdout range go to the end bins.
-All copies of a tied score fall in one bin. Ties, and n_bins larger than the
-number of distinct scores, give repeated edges or an edge at the minimum
-score; those would make empty bins, so they are dropped (the empty bins merge
-into their neighbour) and the fit may have fewer bins than ``n_bins``. Every
-bin keeps at least one holdout score.
+Ties, and n_bins larger than the number of distinct scores, give repeated
+edges or an edge at the smallest score; those would make empty bins, so they
+are dropped (the empty bins merge into their neighbour) and the fit may have
+fewer bins than ``n_bins``. Every bin keeps at least one holdout score.
 
 The output is piecewise constant and not necessarily non-decreasing in the
 score (``monotone = False``): no order is imposed on the bin values.
@@ -42,19 +43,21 @@ from .base import Calibrator, CalibrationInputError
 MAX_BINS = 1000
 
 
-def equal_mass_edges(sorted_scores: np.ndarray, sorted_weights: np.ndarray, n_bins: int) -> np.ndarray:
+def equal_mass_edges(scores: np.ndarray, weights: np.ndarray, n_bins: int) -> np.ndarray:
     """Interior edges of at most ``n_bins`` non-empty equal-mass bins [e_k, e_{k+1}).
 
-    ``sorted_scores`` ascending. Returns strictly increasing edges, all holdout
-    scores and all above the smallest score, so that no bin is empty.
+    Each edge is the distinct score whose preceding weight is nearest to
+    k W / n_bins. Returns strictly increasing edges, all holdout scores and
+    all above the smallest one, so that no bin is empty.
     """
-    cum_before = np.concatenate([[0.0], np.cumsum(sorted_weights)[:-1]])
-    total = float(sorted_weights.sum())
-    targets = np.arange(1, n_bins) * (total / n_bins)
-    positions = np.searchsorted(cum_before, targets, side="left")
-    positions = positions[positions < sorted_scores.shape[0]]
-    edges = np.unique(sorted_scores[positions])
-    return edges[edges > sorted_scores[0]]
+    distinct, inverse = np.unique(scores, return_inverse=True)
+    distinct_weights = np.bincount(inverse, weights=weights, minlength=distinct.shape[0])
+    before = np.concatenate([[0.0], np.cumsum(distinct_weights)[:-1]])
+    targets = np.arange(1, n_bins) * (float(weights.sum()) / n_bins)
+    upper = np.minimum(np.searchsorted(before, targets, side="left"), distinct.shape[0] - 1)
+    lower = np.maximum(upper - 1, 0)
+    nearest = np.where(targets - before[lower] < before[upper] - targets, lower, upper)
+    return np.unique(distinct[nearest[nearest > 0]])
 
 
 def check_n_bins(value: Any, field: str = "options.n_bins") -> None:
@@ -88,9 +91,7 @@ class HistogramCalibrator(Calibrator):
             raise CalibrationInputError("options.prior_strength", "must be a finite number >= 0")
 
     def _fit(self, scores: np.ndarray, labels: np.ndarray, weights: np.ndarray) -> None:
-        order = np.argsort(scores, kind="stable")
-        sorted_scores, sorted_weights = scores[order], weights[order]
-        edges = equal_mass_edges(sorted_scores, sorted_weights, int(self.n_bins))
+        edges = equal_mass_edges(scores, weights, int(self.n_bins))
         index = np.searchsorted(edges, scores, side="right")
         n = edges.shape[0] + 1
         bin_weights = np.bincount(index, weights=weights, minlength=n)

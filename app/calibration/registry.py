@@ -6,7 +6,10 @@ from typing import Any
 
 from .auto import AutoCalibrator
 from .base import Calibrator, CalibrationInputError
+from .beta import BetaCalibrator
+from .histogram import HistogramCalibrator
 from .platt import PlattCalibrator
+from .scaling_binning import ScalingBinningCalibrator
 from .temperature import TemperatureCalibrator
 
 METHODS: dict[str, type[Calibrator]] = {
@@ -14,6 +17,9 @@ METHODS: dict[str, type[Calibrator]] = {
     for cls in (
         PlattCalibrator,
         TemperatureCalibrator,
+        BetaCalibrator,
+        HistogramCalibrator,
+        ScalingBinningCalibrator,
         AutoCalibrator,
     )
 }

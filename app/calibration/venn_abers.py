@@ -1,6 +1,6 @@
 """Inductive Venn-Abers predictor: two isotonic fits per test score, and their merge.
 
-For a test score s, with the holdout's isotonic regression f (ties pooled,
+For a test score s, with the holdout's isotonic regression f (exact ties pooled,
 evaluated as a step function, no interpolation):
 
     p0(s) = f_{holdout + (s, 0)}(s),   p1(s) = f_{holdout + (s, 1)}(s)
@@ -13,43 +13,45 @@ Vovk, Petej & Fedorova (2015), "Large-scale probabilistic predictors with and
 without guarantees of validity".
 
 Precomputation. Sort the holdout, pool ties into k groups (weight W_j,
-positive weight C_j), and draw the cumulative sum diagram P_j =
+positive weight C_j), and draw the cumulative sum diagram P_j = (X_j, Y_j) =
 (W_1 + ... + W_j, C_1 + ... + C_j), P_0 = (0, 0). An isotonic value is the
 slope of the diagram's greatest convex minorant (its lower hull) over that
 point's span. Inserting (s, 1) with weight 1 after g groups is, after
 shifting the points left of it by (-1, -1), the point set
 {P_a - (1, 1) : a <= g} + {P_b : b >= g}, and p1 is the hull's slope over
 (X_g - 1, X_g). Going from g to g + 1 adds Q = P_{g+1} - (1, 1) and drops
-P_g; but P_g lies on or above the chord between two remaining points
-(slopes are C/W <= 1), so it can stay in the set without changing the hull.
-The sweep therefore only ever adds a point to the right of the previous one,
-keeping the hull from the last vertex left of the query onwards on a stack:
-amortised O(k) after the O(n log n) sort (a Python loop over the k distinct
-scores at fit time). p0 is the same computation on the mirrored problem
-(scores reversed, labels flipped, p0 = 1 - p1). Unlike the paper this works
-for any positive weights, not only counts.
+P_g; but P_g lies on or above a chord between points that are still there
+(P_{g+1} - (1, 1) and P_g - (1, 1) or P_{g+1}, because C/W <= 1), so it can
+stay without changing the hull. The sweep therefore only ever adds a point,
+each one to the right of the previous, and keeps on a stack the hull from
+the last vertex left of the query onwards: amortised O(k) after the
+O(n log n) sort (a Python loop over the k distinct scores at fit time; the
+starting hull comes from SciPy's PAV). p0 is the same computation on the
+mirrored problem (scores reversed, labels flipped, p0 = 1 - p1). The argument
+holds for any positive weights, not only integer multiplicities.
 
 Ties. A test score equal to a holdout score joins that tie group. With label
 1 that gives the same value as inserting it just below the group (the
 group's own point lies above the chord that replaces it), with label 0 the
 same as just above. So with g_lo = #{holdout scores < s} and g_hi =
-#{holdout scores <= s}, p1 = table1[g_lo] and p0 = table0[g_hi]; for a score
-strictly between holdout scores g_lo = g_hi. Prediction is two searchsorted
-calls and a gather.
+#{holdout scores <= s}, p1 = p1_[g_lo] and p0 = p0_[g_hi], the tables being
+indexed by the insertion position g = 0..k; for a score strictly between
+(or outside) the holdout scores g_lo = g_hi. Prediction is one searchsorted,
+an equality test and two gathers.
 
 Monotone. An inserted point's isotonic value does not decrease when it moves
 past a holdout group (any block around it stays available, with that group
-on its left instead of its right), so table0 and table1 are non-decreasing,
-and p is non-decreasing in both p0 and p1: the point estimate is a
-non-decreasing (step) function of the score (``monotone = True``). It is
+on its left instead of its right), so p0_ and p1_ are non-decreasing, and
+p1 / (1 - p0 + p1) is non-decreasing in both p0 and p1: the point estimate
+is a non-decreasing step function of the score (``monotone = True``). It is
 computed as 1 / (1 + (1 - p0) / p1) so that this also holds in floating
-point (p1 > 0 always: its block contains the inserted positive).
+point (p1 > 0: its block contains the inserted positive).
 
 Weights are multiplicities: a holdout row with weight w counts as w copies;
 the inserted test point has weight 1, so weights should be in units of rows
 (weights normalised to sum to 1 would let one test point outweigh the whole
-holdout). Only the order of the scores matters,
-so probability and logit inputs give the same fit.
+holdout). Only the order of the scores matters, so probability and logit
+inputs give the same fit.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from scipy.optimize import isotonic_regression
 
 from .base import Calibrator, check_scores
 from .isotonic import pool_ties
@@ -68,56 +71,45 @@ def _inserted_positive_values(weights: np.ndarray, positives: np.ndarray) -> np.
     ``weights`` and ``positives`` are the groups' total and positive weights, in
     ascending score order.
     """
-    k = weights.shape[0]
-    xs = np.concatenate(([0.0], np.cumsum(weights))).tolist()
-    ys = np.concatenate(([0.0], np.cumsum(positives))).tolist()
-    out = np.empty(k + 1)
-
-    # The stack holds hull vertices with the leftmost one last. Start with the
-    # lower hull of {Q_0} + {P_0 .. P_k}, built right to left.
-    hx: list[float] = []
-    hy: list[float] = []
-    for px, py in zip(reversed([-1.0] + xs), reversed([-1.0] + ys)):
-        while len(hx) >= 2:
-            ax, ay, bx, by = hx[-1], hy[-1], hx[-2], hy[-2]
-            if (ax - px) * (by - ay) - (ay - py) * (bx - ax) > 0:
-                break  # P -> A -> B turns left: A stays a vertex
-            hx.pop()
-            hy.pop()
-        hx.append(px)
-        hy.append(py)
-    out[0] = (hy[-2] - hy[-1]) / (hx[-2] - hx[-1])
-
-    for g in range(1, k + 1):
-        right = xs[g]
-        qx, qy = right - 1.0, ys[g] - 1.0
+    # Cumulative sum diagram with Q_0 = P_0 - (1, 1) in front: index 0 is Q_0,
+    # index m >= 1 is P_{m-1}.
+    xs = np.concatenate(([-1.0, 0.0], np.cumsum(weights)))
+    ys = np.concatenate(([-1.0, 0.0], np.cumsum(positives)))
+    # The starting hull, of {Q_0} + {P_0 .. P_k}, is the diagram of the inserted
+    # point followed by the groups, whose vertices are PAV's block boundaries.
+    blocks = isotonic_regression(
+        np.concatenate(([1.0], positives / weights)), weights=np.concatenate(([1.0], weights))
+    ).blocks
+    # The stack holds hull vertices as (x, y), the leftmost one last.
+    hull = list(zip(xs[blocks][::-1].tolist(), ys[blocks][::-1].tolist()))
+    pop, push = hull.pop, hull.append
+    (tx, ty), (nx, ny) = hull[-1], hull[-2]
+    out = [(ny - ty) / (nx - tx)]
+    for right, top in zip(xs[2:].tolist(), ys[2:].tolist()):
+        qx, qy = right - 1.0, top - 1.0
         # Vertices left of Q matter for no later query or insertion (all lie
         # further right), except the last one, whose segment spans Q.
-        while hx[-2] <= qx:
-            hx.pop()
-            hy.pop()
-        tx, ty, nx, ny = hx[-1], hy[-1], hx[-2], hy[-2]
-        if (nx - tx) * (qy - ty) - (ny - ty) * (qx - tx) < 0:
-            # Q lies below the hull, so it becomes a vertex; everything left of
-            # it is irrelevant from now on. Pop what it hides on its right.
-            hx.pop()
-            hy.pop()
-            while len(hx) >= 2:
-                ax, ay, bx, by = hx[-1], hy[-1], hx[-2], hy[-2]
-                if (ax - qx) * (by - ay) - (ay - qy) * (bx - ax) > 0:
-                    break
-                hx.pop()
-                hy.pop()
-            hx.append(qx)
-            hy.append(qy)
+        while hull[-2][0] <= qx:
+            pop()
+        (tx, ty), (nx, ny) = hull[-1], hull[-2]
+        if (nx - tx) * (qy - ty) < (ny - ty) * (qx - tx):
+            # Q lies below the hull, so it becomes a vertex and everything left
+            # of it is irrelevant from now on. Pop the vertices it hides.
+            pop()
+            while len(hull) >= 2:
+                (ax, ay), (bx, by) = hull[-1], hull[-2]
+                if (ax - qx) * (by - ay) > (ay - qy) * (bx - ax):
+                    break  # Q -> A -> B turns left: A stays a vertex
+                pop()
+            push((qx, qy))
         # A vertex inside (X_g - 1, X_g) can only be a dropped P_b (b < g),
         # which is at best collinear with the hull; skipping it keeps the
         # slope's run >= 1, so that rounding is never divided by a tiny run.
-        while hx[-2] < right:
-            del hx[-2]
-            del hy[-2]
-        out[g] = (hy[-2] - hy[-1]) / (hx[-2] - hx[-1])
-    return out
+        while hull[-2][0] < right:
+            del hull[-2]
+        (tx, ty), (nx, ny) = hull[-1], hull[-2]
+        out.append((ny - ty) / (nx - tx))
+    return np.array(out)
 
 
 class VennAbersCalibrator(Calibrator):
@@ -144,11 +136,11 @@ class VennAbersCalibrator(Calibrator):
         self.scores_, self.p0_, self.p1_ = x, p0, p1
 
     def _intervals(self, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        # A score equal to a holdout score is pooled with it: its p1 is the
-        # value just below the group and its p0 the value just above.
-        p1 = self.p1_[np.searchsorted(self.scores_, scores, side="left")]
-        p0 = self.p0_[np.searchsorted(self.scores_, scores, side="right")]
-        return p0, p1
+        below = np.searchsorted(self.scores_, scores, side="left")
+        # A score equal to a holdout score is pooled with that group: its p1 is
+        # the value just below the group and its p0 the value just above.
+        tied = self.scores_[np.minimum(below, self.scores_.shape[0] - 1)] == scores
+        return self.p0_[below + tied], self.p1_[below]
 
     @staticmethod
     def _merge(p0: np.ndarray, p1: np.ndarray) -> np.ndarray:
