@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..metrics import log_loss
-from .base import Calibrator, CalibrationInputError
+from .base import Calibrator, CalibrationInputError, n_classes_of
 from .crossfit import cross_val_predict, stratified_folds
 
 DEFAULT_CANDIDATES = ("platt", "temperature", "beta", "isotonic", "histogram", "venn_abers", "scaling_binning")
@@ -77,6 +77,7 @@ class AutoCalibrator(Calibrator):
         self.chosen_ = min(self.cv_log_loss_, key=self.cv_log_loss_.get)
         self.calibrator_ = methods[self.chosen_](input=self.input)
         self.calibrator_._fit(scores, labels, weights)
+        self.calibrator_.n_classes_ = n_classes_of(scores, self.calibrator_.tasks)
 
     def _predict(self, scores: np.ndarray) -> np.ndarray:
         return self.calibrator_._predict(scores)
@@ -96,7 +97,7 @@ class AutoCalibrator(Calibrator):
     def to_dict(self) -> dict[str, Any]:
         self._check_fitted()
         state = {"chosen_": self.chosen_, "cv_log_loss_": self.cv_log_loss_, "calibrator_": self.calibrator_.to_dict()}
-        return {"method": self.method, "params": self.get_params(), "state": state}
+        return {"method": self.method, "params": self.get_params(), "n_classes": getattr(self, "n_classes_", 2), "state": state}
 
     @classmethod
     def _from_state(cls, params: dict[str, Any], state: dict[str, Any]) -> AutoCalibrator:

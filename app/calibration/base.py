@@ -71,27 +71,82 @@ def as_float_array(values: Any, field: str, ndim: int | tuple[int, ...] = 1) -> 
     return array
 
 
-def check_scores(scores: Any, input: str, field: str = "scores") -> np.ndarray:
-    """Validate binary scores: a flat array of probabilities or logits."""
-    scores = as_float_array(scores, field, ndim=1)
+#: Probability rows may be off by this much from summing to 1 (rounded inputs are common).
+ROW_SUM_TOLERANCE = 1e-3
+
+
+def check_scores(
+    scores: Any, input: str, tasks: tuple[str, ...] = ("binary",), n_columns: int | None = None, field: str = "scores"
+) -> np.ndarray:
+    """Validate scores: a flat array (binary) or rows of K columns (multiclass, multivariate).
+
+    Probability rows of a multiclass calibrator must sum to 1 within
+    ROW_SUM_TOLERANCE and come back renormalised.
+    """
+    dims = tuple(sorted({1 if task == "binary" else 2 for task in tasks}))
+    scores = as_float_array(scores, field, ndim=dims)
+    if scores.ndim == 2:
+        if scores.shape[1] < 2:
+            raise CalibrationInputError(field, "rows need at least 2 columns")
+        if n_columns is not None and scores.shape[1] != n_columns:
+            raise CalibrationInputError(
+                field, f"rows have {scores.shape[1]} columns but this calibrator was fitted on {n_columns}", (0,)
+            )
     if input == "probability":
         outside = (scores < 0.0) | (scores > 1.0)
         if outside.any():
             raise CalibrationInputError(
                 field, "probabilities must lie in [0, 1]; send input='logit' for raw scores", _first_index(outside)
             )
+        if scores.ndim == 2 and "multiclass" in tasks:
+            sums = scores.sum(axis=1)
+            off = np.abs(sums - 1.0) > ROW_SUM_TOLERANCE
+            if off.any():
+                row = int(np.flatnonzero(off)[0])
+                raise CalibrationInputError(
+                    field, f"probability rows must sum to 1 (within {ROW_SUM_TOLERANCE}); this one sums to {sums[row]:.6g}", (row,)
+                )
+            scores = scores / sums[:, None]
     return scores
 
 
-def check_binary_labels(labels: Any, n_samples: int, field: str = "labels") -> np.ndarray:
-    """Validate 0/1 labels of the given length; returns an int8 array."""
-    labels = as_float_array(labels, field, ndim=1)
-    if labels.shape[0] != n_samples:
-        raise CalibrationInputError(field, f"has {labels.shape[0]} entries but scores has {n_samples}")
-    bad = (labels != 0.0) & (labels != 1.0)
-    if bad.any():
-        raise CalibrationInputError(field, "binary labels must be 0 or 1", _first_index(bad))
-    return labels.astype(np.int8)
+def encode_labels(
+    labels: Any, n_samples: int, n_classes: int, classes: list[Any] | None = None, field: str = "labels"
+) -> tuple[np.ndarray, list[Any] | None]:
+    """Labels as ints 0..n_classes-1, and the class names when labels are strings.
+
+    Integer labels are used as they are. String labels are mapped through
+    ``classes`` (default: the sorted distinct labels, as scikit-learn's
+    ``LabelEncoder`` orders them), whose order is the order of the score columns.
+    """
+    array = np.asarray(labels) if not isinstance(labels, np.ndarray) else labels
+    if array.dtype.kind not in "US":
+        codes = as_float_array(array, field, ndim=1)
+        if codes.shape[0] != n_samples:
+            raise CalibrationInputError(field, f"has {codes.shape[0]} entries but scores has {n_samples}")
+        bad = (codes != np.floor(codes)) | (codes < 0) | (codes >= n_classes)
+        if bad.any():
+            allowed = "0 or 1" if n_classes == 2 else f"integers from 0 to {n_classes - 1}"
+            raise CalibrationInputError(field, f"labels must be {allowed}", _first_index(bad))
+        return codes.astype(np.int8 if n_classes <= 127 else np.int32), None
+    if array.ndim != 1:
+        raise CalibrationInputError(field, "must be a flat list")
+    if array.shape[0] != n_samples:
+        raise CalibrationInputError(field, f"has {array.shape[0]} entries but scores has {n_samples}")
+    names = np.unique(array) if classes is None else np.asarray(classes, dtype=str)
+    if classes is not None and np.unique(names).shape[0] != names.shape[0]:
+        raise CalibrationInputError("classes", "class names must be distinct")
+    if names.shape[0] != n_classes:
+        raise CalibrationInputError(
+            "classes" if classes is not None else field,
+            f"{names.shape[0]} distinct classes but the scores have {n_classes} columns",
+        )
+    order = np.argsort(names)
+    position = np.clip(np.searchsorted(names[order], array), 0, n_classes - 1)
+    unknown = names[order][position] != array
+    if unknown.any():
+        raise CalibrationInputError(field, "not one of the classes", _first_index(unknown))
+    return order[position].astype(np.int32), names.tolist()
 
 
 def check_sample_weight(sample_weight: Any, n_samples: int, field: str = "sample_weight") -> np.ndarray:
@@ -140,6 +195,9 @@ class Calibrator:
     method: ClassVar[str]
     #: The input kinds this method accepts.
     inputs: ClassVar[tuple[str, ...]] = INPUT_KINDS
+    #: "binary": scores (n,) and 0/1 labels; "multiclass": rows of K scores and
+    #: labels 0..K-1; "multivariate": rows of M scores and 0/1 labels.
+    tasks: ClassVar[tuple[str, ...]] = ("binary",)
     #: The smallest holdout this method will fit.
     min_samples: ClassVar[int] = 10
     #: Learned attributes, saved by ``to_dict``.
@@ -204,25 +262,44 @@ class Calibrator:
 
     # -- the contract -------------------------------------------------------
     def fit(self, scores: Any, labels: Any, sample_weight: Any = None, **arrays: Any) -> Calibrator:
-        """Fit on a labelled holdout; labels are 0/1, weights optional."""
+        """Fit on a labelled holdout: 0/1 labels for binary scores, 0..K-1 for rows of K."""
         self._validate_params()
-        scores = check_scores(scores, self.input)
-        labels = check_binary_labels(labels, scores.shape[0])
-        weights = check_sample_weight(sample_weight, scores.shape[0])
-        check_holdout(labels, weights, self.min_samples)
+        scores, labels, weights, _ = self.check_holdout_arrays(scores, labels, sample_weight)
         self._fit(scores, labels, weights)
-        self.n_classes_ = 2
+        self.n_classes_ = n_classes_of(scores, self.tasks)
         return self
 
-    def predict(self, scores: Any, **arrays: Any) -> np.ndarray:
-        """Calibrated probability of class 1 for each score, shape ``(n,)``."""
+    def check_holdout_arrays(
+        self, scores: Any, labels: Any, sample_weight: Any = None, classes: list[Any] | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[Any] | None]:
+        """Validated (scores, integer labels, weights, class names) for a fit."""
+        scores = check_scores(scores, self.input, self.tasks)
+        n_classes = n_classes_of(scores, self.tasks)
+        labels, names = encode_labels(labels, scores.shape[0], n_classes, classes)
+        weights = check_sample_weight(sample_weight, scores.shape[0])
+        check_holdout(labels, weights, self.min_samples, n_classes)
+        return scores, labels, weights, names
+
+    def check_predict_scores(self, scores: Any) -> np.ndarray:
+        """Validated scores of the shape this calibrator was fitted on."""
         self._check_fitted()
-        return self._predict(check_scores(scores, self.input))
+        # Components fitted through ``_fit`` by another calibrator carry no n_classes_.
+        binary = getattr(self, "n_classes_", 2) == 2 and "binary" in self.tasks
+        columns = None if binary else self.n_columns_
+        return check_scores(scores, self.input, self.tasks, n_columns=columns)
+
+    @property
+    def n_columns_(self) -> int:
+        return self.n_classes_
+
+    def predict(self, scores: Any, **arrays: Any) -> np.ndarray:
+        """Calibrated probabilities: of class 1, shape (n,), for binary scores; rows (n, K) otherwise."""
+        return self._predict(self.check_predict_scores(scores))
 
     def predict_proba(self, scores: Any, **arrays: Any) -> np.ndarray:
-        """Calibrated probabilities of both classes, shape ``(n, 2)``."""
+        """Calibrated probabilities of every class, shape ``(n, K)`` (binary: ``(n, 2)``)."""
         p = self.predict(scores, **arrays)
-        return np.column_stack([1.0 - p, p])
+        return p if p.ndim == 2 else np.column_stack([1.0 - p, p])
 
     def predict_details(self, scores: Any, **arrays: Any) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """``predict`` plus any per-row extras the method reports (``intervals``, ...)."""
@@ -243,7 +320,14 @@ class Calibrator:
         """Plain JSON types: method name, options and learned state."""
         self._check_fitted()
         state = {name: _to_json(getattr(self, name)) for name in self.fitted_attributes}
-        return {"method": self.method, "params": self.get_params(), "state": state}
+        return {"method": self.method, "params": self.get_params(), "n_classes": getattr(self, "n_classes_", 2), "state": state}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Calibrator:
+        """Rebuild from ``to_dict`` output of this class."""
+        calibrator = cls._from_state(data["params"], data["state"])
+        calibrator.n_classes_ = int(data.get("n_classes", 2))
+        return calibrator
 
     @classmethod
     def _from_state(cls, params: dict[str, Any], state: dict[str, Any]) -> Calibrator:
@@ -254,18 +338,33 @@ class Calibrator:
         return calibrator
 
 
-def check_holdout(labels: np.ndarray, weights: np.ndarray, min_samples: int) -> None:
-    """Reject holdouts that are too small or hold only one class."""
+def check_holdout(labels: np.ndarray, weights: np.ndarray, min_samples: int, n_classes: int = 2) -> None:
+    """Reject holdouts that are too small, or that cannot be cross-fitted.
+
+    Binary holdouts need both classes, multiclass ones at least two; every
+    class present needs two rows, so that each cross-fitting fold's training
+    part contains it.
+    """
     n = labels.shape[0]
     if n < min_samples:
         raise CalibrationInputError("scores", f"needs at least {min_samples} samples, got {n}")
-    counts = np.bincount(labels[weights > 0], minlength=2)
-    if (counts == 0).any():
+    counts = np.bincount(labels[weights > 0], minlength=n_classes)
+    present = np.flatnonzero(counts)
+    if n_classes == 2 and present.shape[0] < 2:
         missing = int(np.flatnonzero(counts == 0)[0])
         raise CalibrationInputError("labels", f"both classes are needed but no label is {missing}")
-    if (counts < 2).any():
-        rare = int(np.flatnonzero(counts < 2)[0])
-        raise CalibrationInputError("labels", f"each class needs at least 2 samples (cross-fitting); label {rare} has 1")
+    if present.shape[0] < 2:
+        raise CalibrationInputError("labels", "at least two classes must be present")
+    rare = np.flatnonzero(counts == 1)
+    if rare.shape[0]:
+        raise CalibrationInputError(
+            "labels", f"each class present needs at least 2 samples (cross-fitting); label {int(rare[0])} has 1"
+        )
+
+
+def n_classes_of(scores: np.ndarray, tasks: tuple[str, ...]) -> int:
+    """2 for flat binary scores and multivariate rows; K for multiclass rows of K."""
+    return scores.shape[1] if scores.ndim == 2 and "multiclass" in tasks else 2
 
 
 def _to_json(value: Any) -> Any:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..metrics import brier, ece, log_loss
-from .base import Calibrator, check_binary_labels, check_holdout, check_sample_weight, check_scores, to_probability
+from .base import Calibrator, n_classes_of, to_probability
 from .crossfit import cross_val_predict
 from .registry import get_method
 
@@ -29,15 +29,31 @@ class FitResult:
     n_samples: int
     holdout_sha256: str
     fit_seconds: float
+    #: Class names, in score-column order, when the labels were strings.
+    classes: list[Any] | None = None
 
 
 def summary_metrics(probabilities: np.ndarray, labels: np.ndarray, weights: np.ndarray) -> dict[str, float]:
-    """The metrics every fit summary reports, before and after calibration."""
+    """The metrics every fit summary reports, before and after calibration.
+
+    ECE is of the positive class for binary probabilities and top-label for rows.
+    """
+    target = "binary" if probabilities.ndim == 1 else "top_label"
     return {
-        "ece": ece(probabilities, labels, sample_weight=weights),
+        "ece": ece(probabilities, labels, sample_weight=weights, target=target),
         "brier": brier(probabilities, labels, weights),
         "log_loss": log_loss(probabilities, labels, weights),
     }
+
+
+def raw_probabilities(scores: np.ndarray, input: str, calibrator: Calibrator) -> np.ndarray:
+    """What the scores say before calibration, as probabilities (softmax of logit rows)."""
+    if scores.ndim == 1 or "multiclass" not in calibrator.tasks:
+        return to_probability(scores, input)
+    if input == "probability":
+        return scores
+    shifted = np.exp(scores - scores.max(axis=1, keepdims=True))
+    return shifted / shifted.sum(axis=1, keepdims=True)
 
 
 def holdout_fingerprint(scores: np.ndarray, labels: np.ndarray, sample_weight: np.ndarray | None) -> str:
@@ -58,6 +74,7 @@ def fit_calibrator(
     scores: Any,
     labels: Any,
     sample_weight: Any = None,
+    classes: list[Any] | None = None,
 ) -> FitResult:
     """Fit ``method`` on the holdout and summarise it with cross-fitted metrics.
 
@@ -65,17 +82,14 @@ def fit_calibrator(
     calibrator fitted without it.
     """
     calibrator = get_method(method).from_options(input, options)
-    scores = check_scores(scores, input)
-    labels = check_binary_labels(labels, scores.shape[0])
-    weights = check_sample_weight(sample_weight, scores.shape[0])
-    check_holdout(labels, weights, calibrator.min_samples)
+    scores, labels, weights, names = calibrator.check_holdout_arrays(scores, labels, sample_weight, classes)
     started = time.perf_counter()
     calibrator._fit(scores, labels, weights)
-    calibrator.n_classes_ = 2
+    calibrator.n_classes_ = n_classes_of(scores, calibrator.tasks)
     fit_seconds = time.perf_counter() - started
     out_of_fold = cross_val_predict(calibrator, scores, labels, weights, CROSS_FIT_SPLITS, CROSS_FIT_SEED)
     summary = {
-        "before": summary_metrics(to_probability(scores, input), labels, weights),
+        "before": summary_metrics(raw_probabilities(scores, input, calibrator), labels, weights),
         "after": summary_metrics(out_of_fold, labels, weights),
         "cross_fit": {"n_splits": CROSS_FIT_SPLITS, "seed": CROSS_FIT_SEED},
         "fit": calibrator.fit_info(),
@@ -86,4 +100,5 @@ def fit_calibrator(
         n_samples=int(scores.shape[0]),
         holdout_sha256=holdout_fingerprint(scores, labels, None if sample_weight is None else weights),
         fit_seconds=fit_seconds,
+        classes=names,
     )

@@ -36,4 +36,4 @@ def get_method(name: str) -> type[Calibrator]:
 
 def from_dict(data: dict[str, Any]) -> Calibrator:
     """Rebuild a fitted calibrator from ``Calibrator.to_dict`` output. Runs no stored code."""
-    return get_method(data["method"])._from_state(data["params"], data["state"])
+    return get_method(data["method"]).from_dict(data)

@@ -1,6 +1,46 @@
-"""Calibration metrics: pure numpy estimators of calibration error and proper scores."""
+"""Calibration metrics: pure numpy/scipy estimators of calibration error, proper scores,
+bootstrap intervals and reliability-diagram data. No web or database imports.
 
-from .binned import bin_edges, ece
-from .scores import brier, log_loss
+Every public function takes ``probabilities`` ((n,) binary, probability of
+class 1; or (n, K) rows), ``labels`` (0/1, or 0..K-1) and optional
+``sample_weight``, validates them, and raises
+``app.calibration.base.CalibrationInputError`` naming the bad field.
+``evaluate`` computes them all in the shape of ``POST /evaluate``.
+"""
 
-__all__ = ["bin_edges", "brier", "ece", "log_loss"]
+# app.calibration imports ece, brier and log_loss from here for its fit summaries;
+# nothing in this package imports app.calibration at import time (see inputs.input_error).
+from .binned import ace, bin_edges, ece
+from .scores import brier, brier_decomposition, log_loss
+
+from .bootstrap import bootstrap_ci  # noqa: E402
+from .debiased import debiased_l2_ce  # noqa: E402
+from .evaluate import DEFAULT_METRICS, METRICS, evaluate  # noqa: E402
+from .inputs import Prepared, prepare  # noqa: E402
+from .lp import lp_error  # noqa: E402
+from .reliability import reliability_diagram, wilson_interval  # noqa: E402
+from .smooth import smooth_ece  # noqa: E402
+from .unbinned import interval_calibration, ks_error, spiegelhalter  # noqa: E402
+
+__all__ = [
+    "DEFAULT_METRICS",
+    "METRICS",
+    "Prepared",
+    "ace",
+    "bin_edges",
+    "bootstrap_ci",
+    "brier",
+    "brier_decomposition",
+    "debiased_l2_ce",
+    "ece",
+    "evaluate",
+    "interval_calibration",
+    "ks_error",
+    "log_loss",
+    "lp_error",
+    "prepare",
+    "reliability_diagram",
+    "smooth_ece",
+    "spiegelhalter",
+    "wilson_interval",
+]

@@ -1,18 +1,56 @@
-"""The binned expected calibration error (ECE) family.
+"""The binned expected calibration error (ECE) family, and ACE.
 
-Bin edges are left-closed: bin k holds predictions in [e_k, e_{k+1}), and the
-last bin is closed, [e_{B-1}, 1], so that a probability of exactly 1.0 falls in
-it. With uniform binning e_k = k / B.
+Bin-edge convention (calibd's, everywhere): bins are left-closed, bin k holds
+predictions in [e_k, e_{k+1}), and the last bin is closed, [e_{B-1}, 1], so
+that a probability of exactly 1.0 falls in it. This is netcal's convention
+(``np.histogramdd``); scikit-learn's ``calibration_curve`` is right-closed,
+(e_k, e_{k+1}], which differs only for predictions exactly on an interior edge.
 
-    ECE = sum_b (W_b / W) |ybar_b - pbar_b|
+* ``uniform`` binning: e_k = k / B (``np.linspace(0, 1, B + 1)``);
+* ``quantile`` binning: equal mass, interior edges at the quantiles
+  ``np.quantile(p, k / B)`` (linear interpolation, the weights ignored), with
+  e_0 = 0 and e_B = 1, as netcal's ``equal_intervals=False``. Tied predictions
+  can make a bin empty; empty bins are skipped.
 
-where W_b is the weight in bin b, ybar_b the weighted label mean and pbar_b
-the weighted mean prediction. Naeini, Cooper & Hauskrecht (2015).
+For one binary problem (prediction p_i, outcome y_i in {0, 1}, weight w_i)
+with W_b the weight in bin b, ybar_b the weighted mean outcome and pbar_b the
+weighted mean prediction there:
+
+    ECE   (norm l1)  = sum_b (W_b / W) |ybar_b - pbar_b|        Naeini, Cooper & Hauskrecht (2015)
+    RMSCE (norm l2)  = sqrt(sum_b (W_b / W) (ybar_b - pbar_b)^2)
+    MCE   (norm max) = max over non-empty bins of |ybar_b - pbar_b|
+
+The ``target`` (see :mod:`app.metrics.inputs`) says which binary problems:
+``binary``, ``top_label`` (confidence against accuracy, Guo et al. 2017) or
+``classwise`` (Kull et al. 2019). Over the K classwise problems the values are
+combined by the same norm: the mean (l1), the root mean square (l2), the
+maximum (max).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+
+from .inputs import input_error, Prepared, binary_problems, prepare, resolve_target
+
+BINNINGS = ("uniform", "quantile")
+NORMS = ("l1", "l2", "max")
+DEFAULT_N_BINS = 15
+MAX_N_BINS = 100_000
+
+
+def check_n_bins(n_bins: Any, field: str = "options.n_bins") -> int:
+    if isinstance(n_bins, bool) or not isinstance(n_bins, (int, np.integer)) or not 1 <= n_bins <= MAX_N_BINS:
+        raise input_error(field, f"must be an integer from 1 to {MAX_N_BINS}")
+    return int(n_bins)
+
+
+def check_choice(value: Any, choices: tuple[str, ...], field: str) -> str:
+    if value not in choices:
+        raise input_error(field, f"must be one of {', '.join(choices)}")
+    return value
 
 
 def bin_edges(probabilities: np.ndarray, n_bins: int, binning: str = "uniform") -> np.ndarray:
@@ -32,18 +70,46 @@ def assign_bins(probabilities: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return np.clip(np.searchsorted(edges, probabilities, side="right") - 1, 0, n_bins - 1)
 
 
-def ece(probabilities, labels, n_bins: int = 15, binning: str = "uniform", norm: str = "l1", sample_weight=None) -> float:
-    """Binned calibration error of binary probabilities of class 1.
+def uniform_bins(probabilities: np.ndarray, n_bins: int) -> np.ndarray:
+    """``assign_bins(p, np.linspace(0, 1, B + 1))``, computed as floor(p * B) with an edge correction.
 
-    ``norm`` is ``l1`` (ECE), ``l2`` (RMSCE, the root of the mass-weighted mean
-    squared gap) or ``max`` (MCE, the largest gap over non-empty bins).
+    floor(p * B) can be one off where p * B rounds across an integer; comparing
+    p with the two edges of its bin and stepping once fixes that, so the
+    assignment is identical to the ``searchsorted`` one (tested), at about a
+    third of its cost.
     """
-    p = np.asarray(probabilities, dtype=np.float64)
-    y = np.asarray(labels, dtype=np.float64)
-    w = np.ones(p.shape[0]) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
-    bins = assign_bins(p, bin_edges(p, n_bins, binning))
-    mass = np.bincount(bins, weights=w, minlength=n_bins)
-    gap_sum = np.bincount(bins, weights=w * (y - p), minlength=n_bins)
+    edges = np.linspace(0.0, 1.0, n_bins + 1)
+    k = (probabilities * n_bins).astype(np.intp)
+    np.clip(k, 0, n_bins - 1, out=k)
+    upper = edges[1:].copy()
+    upper[-1] = np.inf  # the last bin is closed
+    k -= probabilities < edges[k]
+    k += probabilities >= upper[k]
+    return k
+
+
+def bin_index(p: np.ndarray, n_bins: int, binning: str) -> tuple[np.ndarray, np.ndarray]:
+    """(edges, bin of each prediction) under calibd's convention."""
+    edges = bin_edges(p, n_bins, binning)
+    if binning == "uniform":
+        return edges, uniform_bins(p, n_bins)
+    return edges, assign_bins(p, edges)
+
+
+def bin_gaps(p: np.ndarray, y: np.ndarray, w: np.ndarray | None, bins: np.ndarray, n_bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per bin: the weight W_b and the weighted sum of (y - p). Two ``np.bincount`` calls."""
+    if w is None:
+        mass = np.bincount(bins, minlength=n_bins).astype(np.float64)
+        gap = np.bincount(bins, weights=y - p, minlength=n_bins)
+    else:
+        mass = np.bincount(bins, weights=w, minlength=n_bins)
+        gap = np.bincount(bins, weights=w * (y - p), minlength=n_bins)
+    return mass, gap
+
+
+def _binary_ce(p: np.ndarray, y: np.ndarray, w: np.ndarray | None, n_bins: int, binning: str, norm: str) -> float:
+    _, bins = bin_index(p, n_bins, binning)
+    mass, gap_sum = bin_gaps(p, y, w, bins, n_bins)
     nonempty = mass > 0
     gaps = np.abs(gap_sum[nonempty] / mass[nonempty])
     share = mass[nonempty] / mass.sum()
@@ -51,6 +117,92 @@ def ece(probabilities, labels, n_bins: int = 15, binning: str = "uniform", norm:
         return float(np.dot(share, gaps))
     if norm == "l2":
         return float(np.sqrt(np.dot(share, gaps**2)))
+    return float(gaps.max())
+
+
+def combine(values: list[float], norm: str) -> float:
+    """Combine per-class values by the norm: mean (l1), root mean square (l2), maximum (max)."""
+    array = np.asarray(values, dtype=np.float64)
+    if norm == "l2":
+        return float(np.sqrt(np.mean(array**2)))
     if norm == "max":
-        return float(gaps.max())
-    raise ValueError(f"norm must be 'l1', 'l2' or 'max', not {norm!r}")
+        return float(array.max())
+    return float(array.mean())
+
+
+def ece(
+    probabilities,
+    labels,
+    n_bins: int = DEFAULT_N_BINS,
+    binning: str = "uniform",
+    norm: str = "l1",
+    sample_weight=None,
+    target: str | None = None,
+) -> float:
+    """Binned calibration error: ECE (``l1``), RMSCE (``l2``) or MCE (``max``); see the module docstring.
+
+    ``probabilities`` is ``(n,)`` (probability of class 1, labels 0/1) or
+    ``(n, K)`` (labels ``0..K-1``); ``target`` defaults to ``binary`` for flat
+    input and ``top_label`` for rows.
+    """
+    data = prepare(probabilities, labels, sample_weight)
+    n_bins = check_n_bins(n_bins)
+    check_choice(binning, BINNINGS, "options.binning")
+    check_choice(norm, NORMS, "options.norm")
+    target = resolve_target(data, target)
+    return ece_prepared(data, n_bins, binning, norm, target)
+
+
+def ece_prepared(data: Prepared, n_bins: int, binning: str, norm: str, target: str) -> float:
+    w = data.w
+    values = [_binary_ce(p, y, w, n_bins, binning, norm) for p, y in binary_problems(data, target)]
+    return values[0] if len(values) == 1 else combine(values, norm)
+
+
+def _binary_ace(p: np.ndarray, y: np.ndarray, w: np.ndarray | None, n_ranges: int) -> tuple[float, int]:
+    order = np.argsort(p, kind="stable")
+    n = p.shape[0]
+    if w is None:
+        ranges = (np.arange(n, dtype=np.int64) * n_ranges) // n
+        mass = np.bincount(ranges, minlength=n_ranges).astype(np.float64)
+        gap = np.bincount(ranges, weights=(y - p)[order], minlength=n_ranges)
+    else:
+        ws = w[order]
+        before = np.concatenate(([0.0], np.cumsum(ws)[:-1]))
+        ranges = np.minimum((n_ranges * before / ws.sum()).astype(np.intp), n_ranges - 1)
+        mass = np.bincount(ranges, weights=ws, minlength=n_ranges)
+        gap = np.bincount(ranges, weights=(ws * (y[order] - p[order])), minlength=n_ranges)
+    nonempty = mass > 0
+    gaps = np.abs(gap[nonempty] / mass[nonempty])
+    return float(gaps.sum()), int(nonempty.sum())
+
+
+def ace(probabilities, labels, n_bins: int = DEFAULT_N_BINS, sample_weight=None, target: str | None = None) -> float:
+    """Adaptive calibration error (Nixon et al. 2019, "Measuring calibration in deep learning").
+
+    For each class k, the predictions for k are sorted and cut into R ranges
+    of equal mass; ACE = (1 / (K R)) sum_k sum_r |ybar_{k,r} - pbar_{k,r}|,
+    the unweighted mean gap over all non-empty (class, range) cells. A sample
+    belongs to range floor(R * C / W), C being the weight sorted before it:
+    with unit weights that is floor(R i / n) for the i-th smallest (i from 0),
+    n/R samples per range when R divides n. Ties are cut in input order.
+
+    ``target`` defaults to ``classwise`` for multiclass rows (Nixon's
+    definition, all K classes) and ``binary`` for flat input (the positive
+    class alone: the class-0 ranges mirror the class-1 ranges with the same gaps).
+    """
+    data = prepare(probabilities, labels, sample_weight)
+    n_bins = check_n_bins(n_bins)
+    if target is None:
+        target = "binary" if data.binary else "classwise"
+    target = resolve_target(data, target)
+    return ace_prepared(data, n_bins, target)
+
+
+def ace_prepared(data: Prepared, n_bins: int, target: str) -> float:
+    total, cells = 0.0, 0
+    for p, y in binary_problems(data, target):
+        s, c = _binary_ace(p, y, data.w, n_bins)
+        total += s
+        cells += c
+    return total / cells

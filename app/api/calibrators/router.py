@@ -108,7 +108,7 @@ async def create_calibrator(request: Request) -> Response:
         method=fit.method,
         input_kind=fit.input,
         n_classes=result.calibrator.n_classes_,
-        classes=None,
+        classes=result.classes,
         parameters=result.calibrator.to_dict(),
         summary=result.summary,
         holdout_sha256=result.holdout_sha256,
