@@ -194,3 +194,11 @@ def test_openapi_documents_the_routes(client):
         assert path in spec["paths"]
     body = spec["paths"]["/calibrators"]["post"]["requestBody"]["content"]
     assert {"application/json", "multipart/form-data"} <= set(body)
+
+
+def test_venn_abers_adds_intervals_around_each_probability(client, name):
+    fit(client, name, method="venn_abers")
+    body = client.post("/calibrate", json={"calibrator": name, "scores": [0.1, 0.5, 0.9]}).json()
+    assert len(body["intervals"]) == 3
+    for p, (low, high) in zip(body["probabilities"], body["intervals"]):
+        assert 0 <= low <= p <= high <= 1

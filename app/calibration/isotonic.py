@@ -56,6 +56,14 @@ def pool_ties(
     return sorted_scores[starts], total, positive, negative
 
 
+def _interp_by_ratio(scores: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """np.interp as y0 + t (y1 - y0), t = (s - x0) / (x1 - x0) in [0, 1]: no overflow."""
+    i = np.clip(np.searchsorted(x, scores, side="right") - 1, 0, x.shape[0] - 2)
+    x0, x1, y0, y1 = x[i], x[i + 1], y[i], y[i + 1]
+    t = np.clip((scores - x0) / (x1 - x0), 0.0, 1.0)
+    return np.clip(y0 + t * (y1 - y0), y0, y1)
+
+
 class IsotonicCalibrator(Calibrator):
     """Isotonic regression, interpolated between block boundaries."""
 
@@ -76,8 +84,15 @@ class IsotonicCalibrator(Calibrator):
         self.y_thresholds_ = np.clip(fitted[keep], 0.0, 1.0)
 
     def _predict(self, scores: np.ndarray) -> np.ndarray:
+        x, y = self.x_thresholds_, self.y_thresholds_
         # np.interp holds the end values outside the fitted range (the "clip").
-        return np.interp(scores, self.x_thresholds_, self.y_thresholds_)
+        p = np.interp(scores, x, y)
+        # It divides by the knot spacing first, which overflows when two knots
+        # are subnormal-close (scores within ~1e-300 of 0): redo those rows.
+        bad = ~np.isfinite(p)
+        if bad.any():
+            p[bad] = _interp_by_ratio(scores[bad], x, y)
+        return p
 
     def fit_info(self) -> dict[str, Any]:
         x, y = self.x_thresholds_, self.y_thresholds_

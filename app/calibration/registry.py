@@ -8,9 +8,11 @@ from .auto import AutoCalibrator
 from .base import Calibrator, CalibrationInputError
 from .beta import BetaCalibrator
 from .histogram import HistogramCalibrator
+from .isotonic import IsotonicCalibrator
 from .platt import PlattCalibrator
 from .scaling_binning import ScalingBinningCalibrator
 from .temperature import TemperatureCalibrator
+from .venn_abers import VennAbersCalibrator
 
 METHODS: dict[str, type[Calibrator]] = {
     cls.method: cls
@@ -18,6 +20,8 @@ METHODS: dict[str, type[Calibrator]] = {
         PlattCalibrator,
         TemperatureCalibrator,
         BetaCalibrator,
+        IsotonicCalibrator,
+        VennAbersCalibrator,
         HistogramCalibrator,
         ScalingBinningCalibrator,
         AutoCalibrator,

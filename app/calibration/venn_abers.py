@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import isotonic_regression
 
-from .base import Calibrator, check_scores
+from .base import Calibrator
 from .isotonic import pool_ties
 
 
@@ -85,8 +85,9 @@ def _inserted_positive_values(weights: np.ndarray, positives: np.ndarray) -> np.
     pop, push = hull.pop, hull.append
     (tx, ty), (nx, ny) = hull[-1], hull[-2]
     out = [(ny - ty) / (nx - tx)]
-    for right, top in zip(xs[2:].tolist(), ys[2:].tolist()):
-        qx, qy = right - 1.0, top - 1.0
+    # Step g inserts Q_g = P_g - (1, 1) and reads the slope over (X_g - 1, X_g).
+    for px, py in zip(xs[2:].tolist(), ys[2:].tolist()):
+        qx, qy = px - 1.0, py - 1.0
         # Vertices left of Q matter for no later query or insertion (all lie
         # further right), except the last one, whose segment spans Q.
         while hull[-2][0] <= qx:
@@ -105,7 +106,7 @@ def _inserted_positive_values(weights: np.ndarray, positives: np.ndarray) -> np.
         # A vertex inside (X_g - 1, X_g) can only be a dropped P_b (b < g),
         # which is at best collinear with the hull; skipping it keeps the
         # slope's run >= 1, so that rounding is never divided by a tiny run.
-        while hull[-2][0] < right:
+        while hull[-2][0] < px:
             del hull[-2]
         (tx, ty), (nx, ny) = hull[-1], hull[-2]
         out.append((ny - ty) / (nx - tx))
@@ -153,8 +154,7 @@ class VennAbersCalibrator(Calibrator):
         return self._merge(*self._intervals(scores))
 
     def predict_details(self, scores: Any, **arrays: Any) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        self._check_fitted()
-        p0, p1 = self._intervals(check_scores(scores, self.input))
+        p0, p1 = self._intervals(self.check_predict_scores(scores))
         return self._merge(p0, p1), {"intervals": np.column_stack([p0, p1])}
 
     def fit_info(self) -> dict[str, Any]:

@@ -1,0 +1,169 @@
+"""IsotonicCalibrator against scikit-learn, its invariants, and bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.isotonic import IsotonicRegression
+
+from app.calibration.base import CalibrationInputError
+from app.calibration.isotonic import IsotonicCalibrator
+
+
+def make_data(rng, n, input, ties):
+    if input == "probability":
+        scores = rng.beta(2, 3, n)
+        new = np.concatenate([rng.random(500), [0.0, 1.0]])
+    else:
+        scores = rng.normal(0, 2, n)
+        new = np.concatenate([rng.normal(0, 3, 500), [-50.0, 50.0]])
+    if ties:
+        scores = np.round(scores, 1)
+        new = np.concatenate([new, scores[:50]])  # exactly on holdout scores
+    p = scores if input == "probability" else 1 / (1 + np.exp(-scores))
+    labels = (rng.random(n) < p**1.5).astype(int)
+    return scores, labels, new
+
+
+def sklearn_predict(scores, labels, weights, new):
+    reference = IsotonicRegression(out_of_bounds="clip").fit(scores, labels, sample_weight=weights)
+    return reference, reference.predict(new)
+
+
+@pytest.mark.parametrize("input", ["probability", "logit"])
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("seed", range(5))
+def test_matches_sklearn(input, ties, weighted, seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(20, 2000))
+    scores, labels, new = make_data(rng, n, input, ties)
+    weights = None
+    if weighted:
+        weights = rng.uniform(0.1, 3.0, n)
+        weights[rng.random(n) < 0.1] = 0.0  # zero-weight rows are dropped by both
+    ours = IsotonicCalibrator(input=input).fit(scores, labels, sample_weight=weights)
+    reference, expected = sklearn_predict(scores, labels, weights, new)
+    np.testing.assert_allclose(ours.predict(new), expected, rtol=0, atol=1e-12)
+    # The same trimmed block boundaries are stored.
+    np.testing.assert_array_equal(ours.x_thresholds_, reference.X_thresholds_)
+    np.testing.assert_allclose(ours.y_thresholds_, reference.y_thresholds_, rtol=0, atol=1e-12)
+
+
+def test_constant_fit_and_single_distinct_score():
+    labels = np.array([0, 1] * 10)
+    same = IsotonicCalibrator().fit(np.full(20, 0.3), labels)
+    np.testing.assert_array_equal(same.predict([0.0, 0.3, 1.0]), [0.5, 0.5, 0.5])
+    assert same.fit_info()["n_blocks"] == 1
+    # Labels decreasing in the score: one pooled block.
+    scores = np.linspace(0, 1, 20)
+    flat = IsotonicCalibrator().fit(scores, (scores < 0.5).astype(int))
+    np.testing.assert_allclose(flat.predict(scores), 0.5)
+    assert flat.x_thresholds_.tolist() == [0.0, 1.0]
+
+
+def test_fit_info():
+    scores = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95])
+    labels = np.array([0, 0, 1, 0, 0, 1, 1, 0, 1, 1])
+    info = IsotonicCalibrator().fit(scores, labels).fit_info()
+    expected = IsotonicRegression().fit(scores, labels).predict(scores)
+    assert info["n_blocks"] == len(np.unique(expected))
+    assert info["score_range"] == [0.1, 0.95]
+    assert info["output_range"] == [0.0, 1.0]
+    json.dumps(info)
+
+
+# -- properties ---------------------------------------------------------------
+
+holdouts = st.integers(10, 60).flatmap(
+    lambda n: st.tuples(
+        st.lists(st.one_of(st.integers(0, 8).map(lambda k: k / 8), st.floats(0, 1)), min_size=n, max_size=n),
+        st.lists(st.integers(0, 1), min_size=n, max_size=n),
+        st.one_of(st.none(), st.lists(st.floats(0.01, 10), min_size=n, max_size=n)),
+    )
+)
+queries = st.lists(st.floats(0, 1), min_size=1, max_size=30)
+
+
+def fit_from(holdout, input="probability"):
+    scores, labels, weights = holdout
+    labels = [0, 0, 1, 1] + labels[4:]  # both classes, at least two of each
+    return IsotonicCalibrator(input=input).fit(scores, labels, sample_weight=weights)
+
+
+@settings(max_examples=200, deadline=None)
+@given(holdouts, queries)
+def test_output_in_unit_interval_and_monotone(holdout, query):
+    model = fit_from(holdout)
+    query = np.sort(np.concatenate([query, holdout[0]]))
+    p = model.predict(query)
+    assert np.all((p >= 0) & (p <= 1))
+    assert np.all(np.diff(p) >= 0)
+    np.testing.assert_array_equal(model.predict_proba(query)[:, 1], p)
+
+
+@settings(max_examples=100, deadline=None)
+@given(holdouts, queries)
+def test_round_trip(holdout, query):
+    model = fit_from(holdout)
+    data = model.to_dict()
+    text = json.dumps(data)
+    assert data["method"] == "isotonic"
+    rebuilt = IsotonicCalibrator._from_state(data["params"], data["state"])
+    np.testing.assert_array_equal(rebuilt.predict(query), model.predict(query))
+    again = json.loads(text)
+    rebuilt = IsotonicCalibrator._from_state(again["params"], again["state"])
+    np.testing.assert_array_equal(rebuilt.predict(query), model.predict(query))
+    assert rebuilt.fit_info() == model.fit_info()
+
+
+# -- bad input ----------------------------------------------------------------
+
+GOOD_SCORES = np.linspace(0.05, 0.95, 12)
+GOOD_LABELS = np.array([0, 1] * 6)
+
+
+@pytest.mark.parametrize(
+    "scores, labels, field",
+    [
+        (np.r_[GOOD_SCORES[:-1], np.nan], GOOD_LABELS, "scores"),
+        (np.r_[GOOD_SCORES[:-1], 1.5], GOOD_LABELS, "scores"),
+        (np.r_[GOOD_SCORES[:-1], -0.1], GOOD_LABELS, "scores"),
+        (GOOD_SCORES, np.zeros(12, dtype=int), "labels"),
+        (GOOD_SCORES, np.ones(12, dtype=int), "labels"),
+        (GOOD_SCORES, np.r_[GOOD_LABELS[:-1], np.nan], "labels"),
+    ],
+)
+def test_bad_input(scores, labels, field):
+    with pytest.raises(CalibrationInputError) as raised:
+        IsotonicCalibrator().fit(scores, labels)
+    assert raised.value.field == field
+
+
+def test_bad_input_at_predict_and_weights():
+    model = IsotonicCalibrator().fit(GOOD_SCORES, GOOD_LABELS)
+    with pytest.raises(CalibrationInputError):
+        model.predict([0.5, np.nan])
+    with pytest.raises(CalibrationInputError):
+        IsotonicCalibrator().fit(GOOD_SCORES, GOOD_LABELS, sample_weight=np.r_[np.ones(11), -1.0])
+    # Only one class keeps a positive weight.
+    with pytest.raises(CalibrationInputError):
+        IsotonicCalibrator().fit(GOOD_SCORES, GOOD_LABELS, sample_weight=GOOD_LABELS.astype(float))
+    # Logit input accepts any finite score, but not infinity.
+    IsotonicCalibrator(input="logit").fit(GOOD_SCORES * 40 - 20, GOOD_LABELS)
+    with pytest.raises(CalibrationInputError):
+        IsotonicCalibrator(input="logit").fit(np.r_[GOOD_SCORES[:-1], np.inf], GOOD_LABELS)
+
+
+def test_subnormal_knot_spacing_stays_finite():
+    # np.interp's slope (y1 - y0) / (x1 - x0) overflows for knots 1e-311 apart.
+    scores = np.r_[np.zeros(14), 2.0e-311, 2.0e-311]
+    labels = np.r_[np.zeros(12), 1, 1, 1, 1]
+    model = IsotonicCalibrator().fit(scores, labels)
+    p = model.predict([0.0, 5e-324, 1e-311, 2.0e-311, 0.5])
+    assert np.all(np.isfinite(p)) and np.all(np.diff(p) >= 0)
+    np.testing.assert_allclose(p, [1 / 7, 1 / 7, 1 / 7 + 0.5 * 6 / 7, 1.0, 1.0], rtol=0, atol=1e-12)
