@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from functools import lru_cache
 
 from pydantic import Field
@@ -19,6 +20,18 @@ class Settings(BaseSettings):
     version_poll_seconds: float = Field(default=0.5, gt=0)
     #: Memory budget of the in-process cache of loaded calibrators, in bytes.
     calibrator_cache_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
+
+    #: How long a prediction logged by /calibrate (with ``ids``) can receive feedback by id
+    #: (seconds, or ISO 8601 such as P7D).
+    prediction_ttl: timedelta = timedelta(days=7)
+    #: How long labelled feedback and the monitor sums are kept.
+    feedback_retention: timedelta = timedelta(days=30)
+    #: Logged predictions waiting to be written; beyond this they are dropped and counted.
+    prediction_log_queue: int = Field(default=200_000, gt=0)
+    #: False-alarm probability of each version's drift test, over its whole life.
+    monitor_alpha: float = Field(default=0.05, gt=0, lt=1)
+    #: Calibration error the drift test tolerates, as a logit shift of the true probability.
+    monitor_tolerance: float = Field(default=0.1, ge=0)
 
 
 @lru_cache

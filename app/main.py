@@ -10,24 +10,36 @@ from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
 from . import __version__
-from .api import calibrate, calibrators, health, problems
+from .api import calibrate, calibrators, evaluate, feedback, health, observability, problems
 from .api.bodies import BodySizeLimit
+from .api.observability import PREDICTION_LOG_DROPPED, RequestMetrics, make_registry
 from .api.state import Services
 from .config import Settings, get_settings
+from .storage import feedback as feedback_store
 from .storage.cache import CalibratorStore
 from .storage.db import make_engine, make_sessionmaker
+from .storage.models import utcnow
+from .storage.prediction_log import PredictionLog
 
 logger = logging.getLogger("calibd")
 
 
-async def _poll_registry(store: CalibratorStore, seconds: float) -> None:
-    """Pick up promotions made by other processes; keep serving if the database is away."""
+async def _every(seconds: float, job, what: str) -> None:
+    """Run ``job`` in a worker thread every ``seconds``; a failure is logged and retried next time."""
     while True:
         try:
-            await run_in_threadpool(store.refresh)
-        except Exception as error:  # the database may be restarting; try again next tick
-            logger.warning("registry poll failed: %s", error)
+            await run_in_threadpool(job)
+        except Exception as error:  # the database may be restarting
+            logger.warning("%s failed: %s", what, error)
         await asyncio.sleep(seconds)
+
+
+async def _flush_prediction_log(log: PredictionLog, seconds: float) -> None:
+    while True:
+        await asyncio.sleep(seconds)
+        entries = log.take()
+        if entries:
+            await run_in_threadpool(log.write, entries)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -38,12 +50,32 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         engine = make_engine(settings.database_url)
         sessions = make_sessionmaker(engine)
         store = CalibratorStore(sessions, settings.calibrator_cache_bytes)
-        app.state.services = Services(settings=settings, engine=engine, sessions=sessions, store=store)
-        poller = asyncio.create_task(_poll_registry(store, settings.version_poll_seconds))
+        prediction_log = PredictionLog(
+            sessions, settings.prediction_log_queue, lambda name, n: PREDICTION_LOG_DROPPED.labels(name).inc(n)
+        )
+        app.state.services = Services(
+            settings=settings,
+            engine=engine,
+            sessions=sessions,
+            store=store,
+            prediction_log=prediction_log,
+            metrics_registry=make_registry(sessions),
+        )
+
+        def purge() -> None:
+            feedback_store.purge(sessions, utcnow(), settings.prediction_ttl, settings.feedback_retention)
+
+        tasks = [
+            asyncio.create_task(_every(settings.version_poll_seconds, store.refresh, "registry poll")),
+            asyncio.create_task(_flush_prediction_log(prediction_log, 0.2)),
+            asyncio.create_task(_every(600, purge, "retention purge")),
+        ]
         try:
             yield
         finally:
-            poller.cancel()
+            for task in tasks:
+                task.cancel()
+            await run_in_threadpool(prediction_log.write, prediction_log.take())
             engine.dispose()
 
     app = FastAPI(
@@ -53,7 +85,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     problems.install(app)
-    for module in (calibrators, calibrate, health):
+    for module in (calibrators, calibrate, feedback, evaluate, health, observability):
         app.include_router(module.router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestMetrics)
     return app

@@ -123,7 +123,10 @@ def name() -> str:
 class RowCounter:
     """Counts the rows of every table, to prove a failed request wrote nothing."""
 
-    TABLES = ("calibrators", "calibrator_versions", "registry_state")
+    TABLES = (
+        "calibrators", "calibrator_versions", "registry_state", "predictions", "feedback",
+        "monitor_buckets", "drift_state", "idempotency_keys",
+    )
 
     def __init__(self, url: str):
         self.engine = make_engine(url)

@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fastapi import Request
+from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
 from ..config import Settings
 from ..storage.cache import CalibratorStore
+from ..storage.prediction_log import PredictionLog
 from ..storage.repository import Sessions
 
 
@@ -18,6 +20,8 @@ class Services:
     engine: Engine
     sessions: Sessions
     store: CalibratorStore
+    prediction_log: PredictionLog
+    metrics_registry: CollectorRegistry
 
 
 def services(request: Request) -> Services:

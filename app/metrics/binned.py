@@ -70,30 +70,43 @@ def assign_bins(probabilities: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return np.clip(np.searchsorted(edges, probabilities, side="right") - 1, 0, n_bins - 1)
 
 
-def uniform_bins(probabilities: np.ndarray, n_bins: int) -> np.ndarray:
-    """``assign_bins(p, np.linspace(0, 1, B + 1))``, computed as floor(p * B) with an edge correction.
+_GRID = 1 << 16  # cells of the lookup table in fast_assign_bins
 
-    floor(p * B) can be one off where p * B rounds across an integer; comparing
-    p with the two edges of its bin and stepping once fixes that, so the
-    assignment is identical to the ``searchsorted`` one (tested), at about a
-    third of its cost.
+
+def fast_assign_bins(probabilities: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """``assign_bins(p, edges)``, exactly, without a binary search per prediction.
+
+    With G = 2^16, c = floor(p G) is exact (scaling by a power of two does not
+    round), so c / G <= p. A table gives the bin of each c / G; from there a
+    prediction can only be one or more edges further right, and as many steps
+    ``bin += p >= upper[bin]`` as the most edges inside one cell (1 for
+    ordinary edges) reach the bin of the ``searchsorted`` convention
+    (tested on edges, their neighbours and repeated edges). About half the
+    cost of ``np.searchsorted`` on 10^7 predictions. Predictions must lie in
+    [0, 1] (validated inputs do).
     """
-    edges = np.linspace(0.0, 1.0, n_bins + 1)
-    k = (probabilities * n_bins).astype(np.intp)
-    np.clip(k, 0, n_bins - 1, out=k)
-    upper = edges[1:].copy()
-    upper[-1] = np.inf  # the last bin is closed
-    k -= probabilities < edges[k]
-    k += probabilities >= upper[k]
-    return k
+    table = assign_bins(np.arange(_GRID + 1, dtype=np.float64) / _GRID, edges)
+    interior = edges[1:-1]
+    inside = interior[(interior > 0) & (interior < 1)]
+    steps = int(np.bincount((inside * _GRID).astype(np.intp)).max()) if inside.size else 0
+    bins = table[(probabilities * _GRID).astype(np.intp)]
+    if steps:
+        upper = edges[1:].copy()
+        upper[-1] = np.inf  # the last bin is closed
+        for _ in range(steps):  # never past the last bin: its upper edge is infinite
+            bins += probabilities >= upper[bins]
+    return bins
+
+
+def uniform_bins(probabilities: np.ndarray, n_bins: int) -> np.ndarray:
+    """The bins of ``np.linspace(0, 1, B + 1)``: ``fast_assign_bins`` on the uniform edges."""
+    return fast_assign_bins(probabilities, np.linspace(0.0, 1.0, n_bins + 1))
 
 
 def bin_index(p: np.ndarray, n_bins: int, binning: str) -> tuple[np.ndarray, np.ndarray]:
     """(edges, bin of each prediction) under calibd's convention."""
     edges = bin_edges(p, n_bins, binning)
-    if binning == "uniform":
-        return edges, uniform_bins(p, n_bins)
-    return edges, assign_bins(p, edges)
+    return edges, fast_assign_bins(p, edges)
 
 
 def bin_gaps(p: np.ndarray, y: np.ndarray, w: np.ndarray | None, bins: np.ndarray, n_bins: int) -> tuple[np.ndarray, np.ndarray]:

@@ -4,7 +4,8 @@ Each resample draws n rows uniformly with replacement (a row keeps its
 weight), the metric is recomputed on it, and the interval is the
 (1 - level)/2 and (1 + level)/2 percentiles of the resampled values (numpy's
 linear interpolation). Resamples on which the metric is undefined (NaN or
-infinite) are left out; with fewer than two left the interval is None.
+infinite, or only rows of weight 0 drawn) are left out; with fewer than two
+left the interval is None.
 
 The row indices for all resamples come from one ``numpy.random.Generator``
 (PCG64) seeded with ``seed``, drawn in blocks of resamples at once: the same
@@ -15,7 +16,7 @@ the loop is over resamples.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -37,22 +38,31 @@ def check_bootstrap(n_resamples: Any, seed: Any, level: Any, field: str = "optio
     return int(n_resamples), int(seed), float(level)
 
 
-def resample_values(
-    statistic: Callable[[Prepared], float], data: Prepared, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0
-) -> np.ndarray:
-    """The statistic on each of ``n_resamples`` bootstrap resamples of ``data``."""
+def resample_indices(n: int, n_resamples: int, seed: int) -> Iterator[np.ndarray]:
+    """The row indices of each resample, drawn in blocks from ``default_rng(seed)``."""
     rng = np.random.default_rng(seed)
-    n = data.n
-    values = np.empty(n_resamples)
     block = max(1, min(n_resamples, _BLOCK_ELEMENTS // max(n, 1)))
     done = 0
     while done < n_resamples:
         count = min(block, n_resamples - done)
-        indices = rng.integers(0, n, size=(count, n))
-        for row in indices:
-            values[done] = statistic(data.take(row))
-            done += 1
+        yield from rng.integers(0, n, size=(count, n))
+        done += count
+
+
+def resample_values(
+    statistic: Callable[[Prepared], float], data: Prepared, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0
+) -> np.ndarray:
+    """The statistic on each of ``n_resamples`` bootstrap resamples of ``data``."""
+    values = np.empty(n_resamples)
+    for r, rows in enumerate(resample_indices(data.n, n_resamples, seed)):
+        sample = data.take(rows)
+        values[r] = statistic(sample) if has_weight(sample) else np.nan
     return values
+
+
+def has_weight(sample: Prepared) -> bool:
+    """False for a resample that drew only rows of weight 0: every metric is undefined on it."""
+    return sample.w is None or bool(sample.w.sum() > 0)
 
 
 def percentile_interval(values: np.ndarray, level: float) -> list[float] | None:

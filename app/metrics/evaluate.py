@@ -42,14 +42,14 @@ from typing import Any
 import numpy as np
 
 from .binned import BINNINGS, DEFAULT_N_BINS, NORMS, ace_prepared, check_choice, check_n_bins, ece_prepared
-from .bootstrap import DEFAULT_RESAMPLES, check_bootstrap, percentile_interval, resample_values
+from .bootstrap import DEFAULT_RESAMPLES, check_bootstrap, has_weight, percentile_interval, resample_indices
 from .debiased import debiased_prepared
 from .inputs import input_error, Prepared, prepare, resolve_target
 from .lp import DEFAULT_LAMBDA, check_lambda, lp_cells, lp_from_cells
 from .reliability import DEFAULT_LEVEL, reliability_prepared
 from .scores import LOG_LOSS_EPS, brier_decomposition_prepared, brier_prepared, log_loss_prepared
 from .smooth import smooth_ece_prepared
-from .unbinned import interval_prepared, ks_prepared, spiegelhalter_prepared
+from .unbinned import interval_from_sums, ks_from_sums, problem_sums, spiegelhalter_prepared
 
 BIN_CONVENTION = "left-closed [e_k, e_{k+1}), last bin closed (1.0 in the last bin)"
 OPTION_KEYS = ("n_bins", "binning", "norm", "target", "lambda", "bootstrap")
@@ -73,32 +73,44 @@ class Options:
 
 @dataclass(frozen=True)
 class Metric:
-    """``compute(data, options)`` gives the value, or (value, by-product) for smooth_ece
-    (the bandwidth) and spiegelhalter_z (the p-value); ``params(options)`` describes it."""
+    """``compute(data, options, cache)`` gives the value, or (value, by-product) for
+    smooth_ece (the bandwidth) and spiegelhalter_z (the p-value); ``params(options)``
+    describes it. ``cache`` holds what metrics of one sample share (sorted run sums,
+    the l_p cells)."""
 
-    compute: Callable[[Prepared, Options], Any]
+    compute: Callable[[Prepared, Options, dict], Any]
     params: Callable[[Options], dict[str, Any]]
 
-    def value(self, data: Prepared, options: Options) -> float:
-        result = self.compute(data, options)
+    def value(self, data: Prepared, options: Options, cache: dict) -> float:
+        result = self.compute(data, options, cache)
         return float(result[0] if isinstance(result, tuple) else result)
+
+
+def _cached(cache: dict, key: Any, make: Callable[[], Any]) -> Any:
+    if key not in cache:
+        cache[key] = make()
+    return cache[key]
+
+
+def _sums(d: Prepared, o: Options, cache: dict) -> list:
+    return _cached(cache, ("run_sums", o.target), lambda: problem_sums(d, o.target))
 
 
 def _lp(order: float) -> Metric:
     label: Any = "inf" if math.isinf(order) else int(order)
     return Metric(
-        compute=lambda d, o: lp_from_cells(lp_cells(d, o.lam), order),
+        compute=lambda d, o, c: lp_from_cells(_cached(c, ("lp", o.lam), lambda: lp_cells(d, o.lam)), order),
         params=lambda o: {"p": label, "lambda": o.lam, "bins": "distinct rounded vectors floor(lambda f) / lambda"},
     )
 
 
 METRICS: dict[str, Metric] = {
     "ece": Metric(
-        compute=lambda d, o: ece_prepared(d, o.n_bins, o.binning, o.norm, o.target),
+        compute=lambda d, o, c: ece_prepared(d, o.n_bins, o.binning, o.norm, o.target),
         params=lambda o: {"n_bins": o.n_bins, "binning": o.binning, "norm": o.norm, "target": o.target, "bins": BIN_CONVENTION},
     ),
     "debiased_l2_ce": Metric(
-        compute=lambda d, o: debiased_prepared(d, o.n_bins, "quantile", o.target),
+        compute=lambda d, o, c: debiased_prepared(d, o.n_bins, "quantile", o.target),
         params=lambda o: {
             "n_bins": o.n_bins,
             "binning": "quantile",
@@ -108,34 +120,34 @@ METRICS: dict[str, Metric] = {
         },
     ),
     "smooth_ece": Metric(
-        compute=lambda d, o: smooth_ece_prepared(d, o.target),
+        compute=lambda d, o, c: smooth_ece_prepared(d, o.target),
         params=lambda o: {"target": o.target, "kernel": "reflected Gaussian, relplot 1.0.3 discretisation"},
     ),
     "ace": Metric(
-        compute=lambda d, o: ace_prepared(d, o.n_bins, o.ace_target),
+        compute=lambda d, o, c: ace_prepared(d, o.n_bins, o.ace_target),
         params=lambda o: {"n_bins": o.n_bins, "target": o.ace_target, "bins": "equal-mass ranges per class (Nixon et al. 2019)"},
     ),
     "ks_error": Metric(
-        compute=lambda d, o: ks_prepared(d, o.target),
+        compute=lambda d, o, c: ks_from_sums(_sums(d, o, c)),
         params=lambda o: {"target": o.target},
     ),
     "spiegelhalter_z": Metric(
-        compute=lambda d, o: spiegelhalter_prepared(d, o.target),
+        compute=lambda d, o, c: spiegelhalter_prepared(d, o.target),
         params=lambda o: {"target": o.target, "test": "two-sided, standard normal"},
     ),
     "interval_calibration": Metric(
-        compute=lambda d, o: interval_prepared(d, o.target),
+        compute=lambda d, o, c: interval_from_sums(_sums(d, o, c)),
         params=lambda o: {"target": o.target, "intervals": "(a, b] over the prediction axis (papers/003)"},
     ),
     "lp_error_1": _lp(1.0),
     "lp_error_2": _lp(2.0),
     "lp_error_inf": _lp(math.inf),
     "brier": Metric(
-        compute=lambda d, o: brier_prepared(d),
+        compute=lambda d, o, c: brier_prepared(d),
         params=lambda o: {"classes": "positive class (binary) / sum over the K classes (multiclass)"},
     ),
     "log_loss": Metric(
-        compute=lambda d, o: log_loss_prepared(d),
+        compute=lambda d, o, c: log_loss_prepared(d),
         params=lambda o: {"eps": LOG_LOSS_EPS},
     ),
 }
@@ -201,22 +213,30 @@ def _number(value: float) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def evaluate(probabilities, labels, sample_weight=None, metrics=None, options=None) -> dict[str, Any]:
-    """Validate, compute the metrics (with bootstrap intervals if asked) and the reliability diagram."""
+def evaluate(
+    probabilities, labels, sample_weight=None, metrics=None, options=None, max_bootstrap_rows: int | None = None
+) -> dict[str, Any]:
+    """Validate, compute the metrics (with bootstrap intervals if asked) and the reliability diagram.
+
+    ``max_bootstrap_rows`` bounds n * n_resamples (a service's work limit);
+    over it, ``options.bootstrap.n_resamples`` is rejected.
+    """
     data = prepare(probabilities, labels, sample_weight)
     opts = _check_options(data, options)
     names = _check_metrics(metrics, opts)
+    if opts.bootstrap is not None and max_bootstrap_rows is not None and data.n * opts.bootstrap[0] > max_bootstrap_rows:
+        raise input_error(
+            "options.bootstrap.n_resamples",
+            f"n_resamples x rows must be at most {max_bootstrap_rows:,} here ({data.n:,} rows: at most "
+            f"{max(max_bootstrap_rows // data.n, 0):,} resamples)",
+        )
+    cache: dict = {}
     out: dict[str, Any] = {}
     for name in names:
         metric = METRICS[name]
-        result = metric.compute(data, opts)
+        result = metric.compute(data, opts, cache)
         value, extra = result if isinstance(result, tuple) else (result, None)
         entry: dict[str, Any] = {"value": _number(value), "ci": None, "params": metric.params(opts)}
-        if opts.bootstrap is not None:
-            n_resamples, seed, level = opts.bootstrap
-            values = resample_values(lambda sample, m=metric: m.value(sample, opts), data, n_resamples, seed)
-            entry["ci"] = percentile_interval(values, level)
-            entry["params"]["bootstrap"] = {"n_resamples": n_resamples, "seed": seed, "level": level, "interval": "percentile"}
         if name == "spiegelhalter_z":
             entry["p_value"] = _number(extra)
         elif name == "smooth_ece":
@@ -226,5 +246,17 @@ def evaluate(probabilities, labels, sample_weight=None, metrics=None, options=No
             decomposition.pop("brier")
             entry["decomposition"] = {**decomposition, "n_bins": opts.n_bins, "binning": opts.binning, "bins": BIN_CONVENTION}
         out[name] = entry
+    if opts.bootstrap is not None:
+        n_resamples, seed, level = opts.bootstrap
+        values = {name: np.empty(n_resamples) for name in names}
+        for r, rows in enumerate(resample_indices(data.n, n_resamples, seed)):
+            sample, sample_cache = data.take(rows), {}
+            for name in names:
+                values[name][r] = METRICS[name].value(sample, opts, sample_cache) if has_weight(sample) else np.nan
+        for name in names:
+            out[name]["ci"] = percentile_interval(values[name], level)
+            out[name]["params"]["bootstrap"] = {
+                "n_resamples": n_resamples, "seed": seed, "level": level, "interval": "percentile",
+            }
     reliability = reliability_prepared(data, opts.n_bins, opts.binning, opts.target, opts.level)
     return {"metrics": out, "reliability": reliability}

@@ -24,6 +24,14 @@ A *target* turns the input into one or more binary problems (prediction,
   2017, "confidence calibration"); for flat input the rows are (1 - p, p);
 * ``classwise``: one problem per class k, column k against ``label == k``
   (Kull et al. 2019); for flat input the classes are (1 - p, p).
+
+Sample weights: every metric is unchanged when all weights are scaled by one
+factor, and unit weights give the unweighted value. Means (bin frequencies,
+mean predictions, partial sums) are weighted means, so integer weights act as
+repeated rows there; where a method needs a sample size for a variance
+(the debiased estimator, Spiegelhalter's Z, Wilson intervals), weights are
+fixed importance weights and the size is Kish's effective count
+(sum w)^2 / sum w^2.
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ discretisation, so the values agree to rounding error:
   points by linear interpolation between the two nearest grid points;
 * the grid is extended by its mirror images at both ends and convolved with
   the kernel exp(-(t - 1/2)^2 / (2 sigma^2)) / (sqrt(2 pi) sigma) sampled on
-  the same m points (direct convolution for m <= 2049, FFT above, where
-  relplot's direct ``np.convolve`` is slow; the FFT differs by rounding only);
+  the same m points, by FFT (relplot's direct ``np.convolve`` costs O(m^2)
+  per bandwidth tried; the results differ by rounding only);
 * the smoothed values are interpolated linearly onto max(round(10/sigma), 200)
   evaluation points, and eps = 1e-4 is added to the density.
 
@@ -31,7 +31,7 @@ first, so that eps means what it means for unit weights.
 from __future__ import annotations
 
 import numpy as np
-from scipy.signal import fftconvolve
+from scipy import fft
 
 from .inputs import Prepared, binary_problems, prepare, resolve_target
 
@@ -39,7 +39,6 @@ MESH_POINTS = 200
 DENSITY_EPS = 1e-4
 SEARCH_EPS = 1e-3
 SEARCH_STEPS = 10
-DIRECT_CONVOLUTION_MAX = 2049
 
 
 def _splat(p: np.ndarray, values: np.ndarray, m: int) -> np.ndarray:
@@ -58,15 +57,22 @@ def _kernel(m: int, sigma: float) -> np.ndarray:
     return k / (np.sqrt(2 * np.pi) * sigma)
 
 
-def _reflected_convolve(grid: np.ndarray, kernel: np.ndarray) -> np.ndarray:
-    m = grid.shape[0]
-    flipped = grid[::-1]
-    extended = np.concatenate((flipped[:-1], grid, flipped[1:]))
-    if m <= DIRECT_CONVOLUTION_MAX:
-        full = np.convolve(extended, kernel, "valid")
-    else:
-        full = fftconvolve(extended, kernel, mode="valid")
-    return full[m // 2 : m // 2 + m]
+class _Grids:
+    """The splatted residual and density grids of one grid size m, mirrored and Fourier-transformed once."""
+
+    def __init__(self, p: np.ndarray, residual: np.ndarray, weight: np.ndarray, m: int):
+        grids = np.stack((_splat(p, residual, m), _splat(p, weight, m)))
+        extended = np.concatenate((grids[:, ::-1][:, :-1], grids, grids[:, ::-1][:, 1:]), axis=1)  # 3m - 2
+        self.m = m
+        self.length = fft.next_fast_len(4 * m - 3, real=True)
+        self.spectrum = fft.rfft(extended, self.length, axis=1)
+
+    def convolve(self, kernel: np.ndarray) -> np.ndarray:
+        """Both grids convolved with the kernel ("valid" part), the m values relplot keeps."""
+        m = self.m
+        full = fft.irfft(self.spectrum * fft.rfft(kernel, self.length), self.length, axis=1)
+        start = (m - 1) + m // 2
+        return full[:, start : start + m]
 
 
 def _interpolate(t: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -78,18 +84,20 @@ def _interpolate(t: np.ndarray, values: np.ndarray) -> np.ndarray:
     return values[index] * (1 - residual) + values[index + 1] * residual
 
 
-def smooth_ece_at(p: np.ndarray, y: np.ndarray, w: np.ndarray | None, sigma: float) -> float:
+def smooth_ece_at(p: np.ndarray, y: np.ndarray, w: np.ndarray | None, sigma: float, _cache: dict | None = None) -> float:
     """smECE at a fixed bandwidth ``sigma`` (relplot's ``smECE_sigma``) of one binary problem."""
     n_eval = max(round(10 / sigma), MESH_POINTS)
     t = np.linspace(0.0, 1.0, n_eval)
     m = max(2000, round(20 / sigma)) // 2 + 1
-    kernel = _kernel(m, sigma)
-    residual = p - y
-    ones = np.ones_like(p) if w is None else w
-    if w is not None:
-        residual = residual * w
-    smoothed = _interpolate(t, _reflected_convolve(_splat(p, residual, m), kernel))
-    density = _interpolate(t, _reflected_convolve(_splat(p, ones, m), kernel)) + DENSITY_EPS
+    grids = None if _cache is None else _cache.get(m)
+    if grids is None:
+        residual = p - y if w is None else (p - y) * w
+        grids = _Grids(p, residual, np.ones_like(p) if w is None else w, m)
+        if _cache is not None:
+            _cache[m] = grids
+    smoothed, density = grids.convolve(_kernel(m, sigma))
+    smoothed = _interpolate(t, smoothed)
+    density = _interpolate(t, density) + DENSITY_EPS
     rs = smoothed / density
     return float(np.sum(np.abs(rs) * density) / np.sum(density))
 
@@ -98,9 +106,13 @@ def smooth_ece_binary(p: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> tup
     """(smECE, sigma*) of one binary problem, with relplot's bandwidth search."""
     if w is not None:
         w = w * (w.shape[0] / w.sum())
+    grids: dict = {}  # the splatted grids depend on sigma only through m: reuse them
+
+    def at(sigma: float) -> float:
+        return smooth_ece_at(p, y, w, sigma, grids)
 
     def satisfied(sigma: float) -> bool:
-        return sigma < SEARCH_EPS or sigma < smooth_ece_at(p, y, w, sigma)
+        return sigma < SEARCH_EPS or sigma < at(sigma)
 
     if satisfied(1.0):
         sigma = 1.0
@@ -113,7 +125,7 @@ def smooth_ece_binary(p: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> tup
             else:
                 start = mid
         sigma = start
-    return smooth_ece_at(p, y, w, sigma), sigma
+    return at(sigma), sigma
 
 
 def smooth_ece(probabilities, labels, sample_weight=None, target: str | None = None, return_sigma: bool = False):

@@ -24,16 +24,18 @@ total weight W (n for unit weights).
   variance is 0.
 
 Run sums are formed exactly where possible (unit weights: integer label
-counts and one product c p per run). A run whose difference sum(y) - c p is
-within the floating-point error bound of its terms, 4 eps (c + 1)(|sum y| + c p),
-counts as 0: a prediction that equals its run's label mean up to rounding, as
-PAV's block means do, contributes nothing, so isotonic regression in-sample
-gives exactly 0 rather than 1e-17.
+counts and one product c p per run). A run of c >= 2 tied predictions whose
+difference sum(y) - c p is within the floating-point error bound of its
+terms, 4 eps (c + 1)(|sum y| + c p), counts as 0: a prediction that equals
+its run's label mean up to rounding, as PAV's block means do, contributes
+nothing, so isotonic regression in-sample gives exactly 0 rather than 1e-17.
+(A single prediction's y - p is computed directly.)
 
 Cost: one sort. For unit weights the 0/1 label is packed into the lowest bit
 of the prediction's bit pattern shifted left by one (non-negative doubles
-order as their bit patterns), so a single ``np.sort`` of uint64 keys orders
-predictions and carries the labels; with weights an ``argsort`` is used.
+order as their bit patterns; -0.0 becomes +0.0), so a single ``np.sort`` of
+uint64 keys orders predictions and carries the labels, and without ties the
+rest is a handful of passes; with weights an ``argsort`` is used.
 """
 
 from __future__ import annotations
@@ -50,12 +52,16 @@ def run_sums(p: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> tuple[np.nda
     """Partial sums S at the ends of runs of equal p (sorted ascending), and the total weight."""
     n = p.shape[0]
     if w is None:
-        key = (p.view(np.uint64) << np.uint64(1)) | y.astype(np.uint64)
+        key = np.left_shift(p.view(np.uint64), np.uint64(1))
+        np.bitwise_or(key, y.astype(np.uint8, copy=False), out=key)
         key.sort()
-        ps = (key >> np.uint64(1)).view(np.float64)
+        ps = np.right_shift(key, np.uint64(1)).view(np.float64)
+        distinct = ps[1:] != ps[:-1]
+        if distinct.all():  # no ties: every run is one prediction, y - p is exact enough as is
+            residual = np.subtract(np.bitwise_and(key, np.uint64(1), out=key), ps, out=ps)  # y - p, in place
+            return np.cumsum(residual, out=residual), float(n)
+        ends = np.append(np.flatnonzero(distinct), n - 1)
         labels_before = np.cumsum(key & np.uint64(1), dtype=np.int64)
-        ends = np.flatnonzero(ps[1:] != ps[:-1])
-        ends = np.append(ends, n - 1)
         positives = np.diff(labels_before[ends], prepend=0).astype(np.float64)
         counts = np.diff(ends, prepend=-1).astype(np.float64)
         total = float(n)
@@ -73,38 +79,33 @@ def run_sums(p: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> tuple[np.nda
     diff = positives - expected
     run_length = np.diff(ends, prepend=-1)
     tolerance = 4.0 * _EPS * (run_length + 1) * (np.abs(positives) + expected)
-    diff[np.abs(diff) <= tolerance] = 0.0
+    diff[(run_length > 1) & (np.abs(diff) <= tolerance)] = 0.0
     return np.cumsum(diff), total
 
 
-def _interval(p, y, w) -> float:
-    s, total = run_sums(p, y, w)
-    return float((max(s.max(), 0.0) - min(s.min(), 0.0)) / total)
+def problem_sums(data: Prepared, target: str) -> list[tuple[np.ndarray, float]]:
+    """``run_sums`` of each binary problem of the target."""
+    return [run_sums(p, y, data.w) for p, y in binary_problems(data, target)]
 
 
-def _ks(p, y, w) -> float:
-    s, total = run_sums(p, y, w)
-    return float(np.abs(s).max() / total)
+def interval_from_sums(sums: list[tuple[np.ndarray, float]]) -> float:
+    return float(np.mean([(max(s.max(), 0.0) - min(s.min(), 0.0)) / total for s, total in sums]))
+
+
+def ks_from_sums(sums: list[tuple[np.ndarray, float]]) -> float:
+    return float(np.mean([np.abs(s).max() / total for s, total in sums]))
 
 
 def interval_calibration(probabilities, labels, sample_weight=None, target: str | None = None) -> float:
     """sup over intervals (a, b] of |mean of (y - p) 1[a < p <= b]| (papers/003); mean over classes for classwise."""
     data = prepare(probabilities, labels, sample_weight)
-    return interval_prepared(data, resolve_target(data, target))
-
-
-def interval_prepared(data: Prepared, target: str) -> float:
-    return float(np.mean([_interval(p, y, data.w) for p, y in binary_problems(data, target)]))
+    return interval_from_sums(problem_sums(data, resolve_target(data, target)))
 
 
 def ks_error(probabilities, labels, sample_weight=None, target: str | None = None) -> float:
     """Kolmogorov-Smirnov calibration error (Gupta et al. 2021); mean over classes for classwise."""
     data = prepare(probabilities, labels, sample_weight)
-    return ks_prepared(data, resolve_target(data, target))
-
-
-def ks_prepared(data: Prepared, target: str) -> float:
-    return float(np.mean([_ks(p, y, data.w) for p, y in binary_problems(data, target)]))
+    return ks_from_sums(problem_sums(data, resolve_target(data, target)))
 
 
 def spiegelhalter(probabilities, labels, sample_weight=None, target: str | None = None) -> tuple[float, float]:

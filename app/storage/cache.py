@@ -30,6 +30,7 @@ from .repository import NoCurrentVersion, NotFound, Sessions, VersionInfo
 class LoadedCalibrator:
     name: str
     uid: str
+    calibrator_id: int
     version: int
     method: str
     input_kind: str
@@ -91,6 +92,7 @@ class CalibratorStore:
         loaded = LoadedCalibrator(
             name=info.name,
             uid=info.uid,
+            calibrator_id=info.calibrator_id,
             version=info.version,
             method=info.method,
             input_kind=info.input_kind,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, Float, ForeignKey, Integer, String, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, DateTime, Float, ForeignKey, Index, Integer, String, UniqueConstraint
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
@@ -87,3 +87,89 @@ class RegistryState(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     generation: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class PredictionRow(Base):
+    """A prediction served with an id, so that feedback can later name it by id alone.
+
+    Written in batches behind /calibrate (best-effort); expires after
+    CALIBD_PREDICTION_TTL.
+    """
+
+    __tablename__ = "predictions"
+    __table_args__ = (UniqueConstraint("calibrator_id", "prediction_id"),)
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    calibrator_id: Mapped[int] = mapped_column(ForeignKey("calibrators.id", ondelete="CASCADE"))
+    version: Mapped[int] = mapped_column(Integer)
+    prediction_id: Mapped[str] = mapped_column(String(128))
+    #: Binary: the probability of class 1. Multiclass: null, see ``probabilities``.
+    probability: Mapped[float | None] = mapped_column(Float, nullable=True)
+    probabilities: Mapped[list[float] | None] = mapped_column(JSONType, nullable=True)
+    #: Selective methods: whether the input was accepted.
+    accepted: Mapped[bool | None] = mapped_column(nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+
+
+class FeedbackRow(Base):
+    """A labelled prediction: kept for count windows, reports and refits (with retention)."""
+
+    __tablename__ = "feedback"
+    __table_args__ = (Index("ix_feedback_calibrator_version_id", "calibrator_id", "version", "id"),)
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    calibrator_id: Mapped[int] = mapped_column(ForeignKey("calibrators.id", ondelete="CASCADE"))
+    version: Mapped[int] = mapped_column(Integer)
+    prediction_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    #: Binary: the probability of class 1; multiclass: the top-label confidence.
+    probability: Mapped[float] = mapped_column(Float)
+    label: Mapped[int] = mapped_column(Integer)
+    #: Multiclass: the full row of probabilities.
+    probabilities: Mapped[list[float] | None] = mapped_column(JSONType, nullable=True)
+    accepted: Mapped[bool | None] = mapped_column(nullable=True)
+    received_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+
+
+class MonitorBucketRow(Base):
+    """Sums over the labelled pairs of one version, one minute and one probability bin.
+
+    Time windows add buckets up; every replica reads the same sums.
+    """
+
+    __tablename__ = "monitor_buckets"
+
+    calibrator_id: Mapped[int] = mapped_column(ForeignKey("calibrators.id", ondelete="CASCADE"), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, primary_key=True)
+    bucket_start: Mapped[datetime] = mapped_column(UTCDateTime, primary_key=True)
+    bin: Mapped[int] = mapped_column(Integer, primary_key=True)
+    count: Mapped[int] = mapped_column(BigInteger)
+    sum_probability: Mapped[float] = mapped_column(Float)
+    sum_label: Mapped[float] = mapped_column(Float)
+    sum_brier: Mapped[float] = mapped_column(Float)
+    sum_log_loss: Mapped[float] = mapped_column(Float)
+    sum_accepted: Mapped[int] = mapped_column(BigInteger)
+    count_with_acceptance: Mapped[int] = mapped_column(BigInteger)
+
+
+class DriftStateRow(Base):
+    """The drift test of one version: its state, so that it survives restarts."""
+
+    __tablename__ = "drift_state"
+
+    calibrator_id: Mapped[int] = mapped_column(ForeignKey("calibrators.id", ondelete="CASCADE"), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, primary_key=True)
+    state: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    alarm: Mapped[bool] = mapped_column(default=False)
+    log_evalue: Mapped[float] = mapped_column(Float, default=0.0)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class IdempotencyRow(Base):
+    """The answer already given to a request with this Idempotency-Key."""
+
+    __tablename__ = "idempotency_keys"
+
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    calibrator_id: Mapped[int] = mapped_column(ForeignKey("calibrators.id", ondelete="CASCADE"))
+    response: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)

@@ -47,6 +47,7 @@ class InvalidCursor(ValueError):
 class VersionInfo:
     name: str
     uid: str
+    calibrator_id: int
     version: int
     method: str
     input_kind: str
@@ -83,6 +84,7 @@ def _version_info(calibrator: CalibratorRow, row: VersionRow) -> VersionInfo:
     return VersionInfo(
         name=calibrator.name,
         uid=calibrator.uid,
+        calibrator_id=calibrator.id,
         version=row.version,
         method=row.method,
         input_kind=row.input_kind,

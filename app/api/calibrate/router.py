@@ -12,6 +12,7 @@ from starlette.responses import Response
 
 from ...calibration import CalibrationInputError
 from ..bodies import parse_json_object, require_json
+from ..observability import CALIBRATE_REQUESTS, CALIBRATE_SCORES
 from ..problems import Problem, input_error
 from ..state import services
 from ..validation import json_response, request_body
@@ -20,6 +21,7 @@ from .schemas import CalibrateRequest, CalibrateResponse
 router = APIRouter(tags=["calibrate"])
 
 _FIELDS = frozenset(CalibrateRequest.model_fields)
+MAX_ID_LENGTH = 128
 
 
 @router.post(
@@ -31,17 +33,23 @@ _FIELDS = frozenset(CalibrateRequest.model_fields)
 async def calibrate(request: Request) -> Response:
     require_json(request.headers)
     data = parse_json_object(await request.body())
-    name, version, scores = _envelope(data)
-    store = services(request).store
-    loaded = store.get(name, version) or await run_in_threadpool(store.load, name, version)
+    name, version, scores, ids = _envelope(data)
+    app = services(request)
+    loaded = app.store.get(name, version) or await run_in_threadpool(app.store.load, name, version)
     try:
         probabilities, extras = loaded.calibrator.predict_details(scores)
     except CalibrationInputError as error:
         raise input_error(error, ()) from None
+    if ids is not None:
+        if len(ids) != probabilities.shape[0]:
+            raise Problem.invalid("/ids", f"has {len(ids)} entries but scores has {probabilities.shape[0]}")
+        app.prediction_log.add(loaded.calibrator_id, name, loaded.version, ids, probabilities, extras.get("accepted"))
+    CALIBRATE_REQUESTS.labels(name).inc()
+    CALIBRATE_SCORES.labels(name).inc(probabilities.shape[0])
     return json_response({"calibrator": name, "version": loaded.version, "probabilities": probabilities, **extras})
 
 
-def _envelope(data: dict) -> tuple[str, int | None, object]:
+def _envelope(data: dict) -> tuple[str, int | None, object, list[str] | None]:
     """Check the request's fields by hand: cheaper than a pydantic model per request."""
     unknown = data.keys() - _FIELDS
     if unknown:
@@ -54,4 +62,11 @@ def _envelope(data: dict) -> tuple[str, int | None, object]:
         raise Problem.invalid("/version", "must be a positive integer or null")
     if "scores" not in data:
         raise Problem.invalid("/scores", "required: a list of scores")
-    return name, version, data["scores"]
+    ids = data.get("ids")
+    if ids is not None:
+        if not isinstance(ids, list):
+            raise Problem.invalid("/ids", "must be a list of strings")
+        for position, value in enumerate(ids):
+            if not isinstance(value, str) or not 0 < len(value) <= MAX_ID_LENGTH:
+                raise Problem.invalid(f"/ids/{position}", f"ids are non-empty strings of at most {MAX_ID_LENGTH} characters")
+    return name, version, data["scores"], ids

@@ -15,6 +15,10 @@ class CalibrateRequest(BaseModel):
     calibrator: str = Field(description="the calibrator's name")
     version: int | None = Field(default=None, ge=1, description="null: the current version")
     scores: Numbers
+    ids: Annotated[
+        list[Any] | None,
+        WithJsonSchema({"type": ["array", "null"], "items": {"type": "string", "minLength": 1, "maxLength": 128}}),
+    ] = Field(default=None, description="one id per score: the predictions are logged for feedback by id")
 
 
 class CalibrateResponse(BaseModel):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
@@ -12,6 +13,7 @@ from ...calibration import CalibrationInputError, fit_calibrator
 from ...storage import repository
 from ...storage.repository import CalibratorInfo, VersionInfo
 from ..bodies import media_type, parse_json_object, require_json
+from ..observability import FIT_DURATION
 from ..problems import Problem, input_error
 from ..state import services
 from ..validation import NAME_PATTERN, json_response, request_body, validate
@@ -92,6 +94,7 @@ async def create_calibrator(request: Request) -> Response:
     else:
         raise Problem(415, f"send application/json or multipart/form-data, not {kind}")
 
+    started = time.perf_counter()
     try:
         result = await run_in_threadpool(
             fit_calibrator, fit.method, fit.input, fit.options,
@@ -99,6 +102,7 @@ async def create_calibrator(request: Request) -> Response:
         )
     except CalibrationInputError as error:
         raise to_problem(error) from None
+    FIT_DURATION.labels(fit.method).observe(time.perf_counter() - started)
 
     app = services(request)
     info = await run_in_threadpool(

@@ -1,0 +1,137 @@
+"""/feedback: labels arrive after predictions; /calibrators/{name}/monitor: what they say."""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated
+
+import numpy as np
+from fastapi import APIRouter, Header, Query, Request
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
+
+from ...calibration import CalibrationInputError
+from ...calibration.base import check_scores, encode_labels
+from ...monitoring.windows import WINDOWS, window_metrics
+from ...storage import feedback as feedback_store
+from ...storage.cache import LoadedCalibrator
+from ...storage.feedback import DriftSettings, IdempotencyConflict, LabelledBatch
+from ..bodies import parse_json_object, require_json
+from ..calibrate.router import MAX_ID_LENGTH
+from ..calibrators.router import NamePath
+from ..observability import FEEDBACK
+from ..problems import Problem, input_error
+from ..state import Services, services
+from ..validation import json_response, request_body, validate
+from .schemas import FeedbackReceipt, FeedbackRequest, MonitorOut
+
+router = APIRouter(tags=["feedback"])
+
+
+
+async def resolve(app: Services, name: str, version: int | None) -> LoadedCalibrator:
+    return app.store.get(name, version) or await run_in_threadpool(app.store.load, name, version)
+
+
+def _check_ids(ids: list, n_labels: int) -> list[str]:
+    for position, value in enumerate(ids):
+        if not isinstance(value, str) or not 0 < len(value) <= MAX_ID_LENGTH:
+            raise Problem.invalid(f"/ids/{position}", f"ids are non-empty strings of at most {MAX_ID_LENGTH} characters")
+    if len(ids) != n_labels:
+        raise Problem.invalid("/labels", f"has {n_labels} entries but ids has {len(ids)}")
+    return ids
+
+
+def _check_flags(values: list, n: int) -> np.ndarray:
+    for position, value in enumerate(values):
+        if not isinstance(value, bool):
+            raise Problem.invalid(f"/accepted/{position}", "must be true or false")
+    if len(values) != n:
+        raise Problem.invalid("/accepted", f"has {len(values)} entries but probabilities has {n}")
+    return np.array(values, dtype=bool)
+
+
+@router.post(
+    "/feedback",
+    status_code=202,
+    summary="Record labels for logged predictions, or labelled probabilities",
+    openapi_extra=request_body(("application/json", FeedbackRequest)),
+    responses={202: {"model": FeedbackReceipt}, 404: {}, 409: {}, 413: {}, 415: {}, 422: {}},
+)
+async def record_feedback(
+    request: Request,
+    idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
+) -> Response:
+    require_json(request.headers)
+    body = validate(FeedbackRequest, parse_json_object(await request.body()))
+    app = services(request)
+    if (body.ids is None) == (body.probabilities is None):
+        raise Problem.invalid("/ids", "send either ids (labels for logged predictions) or probabilities, not both")
+    if idempotency_key is not None:
+        key = f"{body.calibrator}:{idempotency_key}"
+        stored = await run_in_threadpool(feedback_store.stored_response, app.sessions, key)
+        if stored is not None:
+            return json_response(stored, 202, headers={"Idempotent-Replayed": "true"})
+    else:
+        key = None
+
+    loaded = await resolve(app, body.calibrator, body.version)
+    try:
+        if body.ids is not None:
+            if body.version is not None or body.accepted is not None:
+                raise Problem.invalid("/version" if body.version is not None else "/accepted", "only with probabilities")
+            ids = _check_ids(body.ids, len(body.labels))
+            labels, _ = encode_labels(body.labels, len(ids), loaded.n_classes, loaded.classes)
+            batches, by_id = None, {"ids": ids, "labels": labels}
+        else:
+            tasks = ("binary",) if loaded.n_classes == 2 else ("multiclass",)
+            columns = None if loaded.n_classes == 2 else loaded.n_classes
+            probabilities = check_scores(body.probabilities, "probability", tasks, n_columns=columns, field="probabilities")
+            labels, _ = encode_labels(body.labels, probabilities.shape[0], loaded.n_classes, loaded.classes)
+            accepted = None if body.accepted is None else _check_flags(body.accepted, probabilities.shape[0])
+            batches = [LabelledBatch(loaded.version, probabilities, labels, accepted=accepted)]
+            by_id = {}
+    except CalibrationInputError as error:
+        raise input_error(error, ()) from None
+
+    settings = app.settings
+    try:
+        receipt = await run_in_threadpool(
+            lambda: feedback_store.record_feedback(
+                app.sessions,
+                calibrator_id=loaded.calibrator_id,
+                batches=batches,
+                prediction_ttl=settings.prediction_ttl,
+                drift=DriftSettings(settings.monitor_alpha, settings.monitor_tolerance),
+                idempotency_key=key,
+                **by_id,
+            )
+        )
+    except IdempotencyConflict:
+        receipt = await run_in_threadpool(feedback_store.stored_response, app.sessions, key)
+        return json_response(receipt, 202, headers={"Idempotent-Replayed": "true"})
+    if receipt["count"]:
+        FEEDBACK.labels(loaded.name).inc(receipt["count"])
+    return json_response(receipt, 202)
+
+
+@router.get(
+    "/calibrators/{name}/monitor",
+    summary="The monitors of a version: window metrics and drift alarm",
+    response_model=MonitorOut,
+)
+async def monitor(request: Request, name: NamePath, version: Annotated[int | None, Query(ge=1)] = None) -> Response:
+    app = services(request)
+    loaded = await resolve(app, name, version)
+
+    def read() -> dict:
+        sums = feedback_store.window_sums(app.sessions, loaded.calibrator_id, loaded.version)
+        drift = feedback_store.drift_state(app.sessions, loaded.calibrator_id, loaded.version)
+        return {
+            "calibrator": name,
+            "version": loaded.version,
+            "windows": {w: window_metrics(sums[w], binary=loaded.n_classes == 2) for w in WINDOWS},
+            "drift": drift | {"threshold": math.log(1.0 / app.settings.monitor_alpha)},
+        }
+
+    return json_response(await run_in_threadpool(read))

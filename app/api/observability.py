@@ -1,0 +1,151 @@
+"""Prometheus metrics: request counters and latencies, and the monitors' gauges.
+
+Counters and histograms live in this process (prometheus-client's
+multiprocess mode when PROMETHEUS_MULTIPROC_DIR is set, as ``calibd serve
+--workers N`` does). The monitor gauges are read from the database at scrape
+time, so every replica and every worker reports the same values.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+
+from fastapi import APIRouter, Request
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import multiprocess
+from prometheus_client.core import REGISTRY, GaugeMetricFamily
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..monitoring.windows import WINDOWS, window_metrics
+from ..storage import feedback as feedback_store
+from ..storage import repository
+from ..storage.repository import Sessions
+from .state import services
+
+CALIBRATE_REQUESTS = Counter("calibd_calibrate_requests_total", "Calibrate requests served", ["calibrator"])
+CALIBRATE_SCORES = Counter("calibd_calibrate_scores_total", "Scores calibrated", ["calibrator"])
+FEEDBACK = Counter("calibd_feedback_total", "Labelled predictions recorded", ["calibrator"])
+FIT_DURATION = Histogram(
+    "calibd_fit_duration_seconds", "Time to fit a calibrator, cross-fitted summary included", ["method"],
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+)
+REQUEST_DURATION = Histogram(
+    "calibd_request_duration_seconds", "HTTP request latency", ["route", "method", "status"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+PREDICTION_LOG_DROPPED = Counter(
+    "calibd_prediction_log_dropped_total", "Logged predictions dropped (database away or queue full)", ["calibrator"]
+)
+RECALIBRATION = Counter("calibd_recalibration_total", "Closed-loop recalibration steps", ["calibrator", "outcome"])
+
+#: Monitor gauges: name -> (the window metric it reports, help text).
+MONITOR_GAUGES = {
+    "calibd_monitor_samples": ("samples", "Labelled predictions in the window"),
+    "calibd_monitor_ece": ("ece", "Expected calibration error in the window (15 equal-width bins; top-label for multiclass)"),
+    "calibd_monitor_brier": ("brier", "Brier score in the window"),
+    "calibd_monitor_log_loss": ("log_loss", "Log-loss in the window"),
+    "calibd_monitor_mean_prediction": ("mean_prediction", "Mean predicted probability in the window"),
+    "calibd_monitor_positive_rate": ("positive_rate", "Observed positive rate in the window (binary)"),
+    "calibd_monitor_acceptance_rate": ("acceptance_rate", "Share of inputs accepted (selective methods)"),
+}
+
+
+def monitor_snapshot(sessions: Sessions) -> list[dict]:
+    """Window metrics and drift state of every calibrator's current version."""
+    snapshot = []
+    for name, (uid, version) in sorted(repository.current_versions(sessions).items()):
+        if version is None:
+            continue
+        info = repository.get_version(sessions, name, version)
+        sums = feedback_store.window_sums(sessions, info.calibrator_id, version)
+        snapshot.append(
+            {
+                "name": name,
+                "version": version,
+                "windows": {w: window_metrics(sums[w], binary=info.n_classes == 2) for w in WINDOWS},
+                "drift": feedback_store.drift_state(sessions, info.calibrator_id, version),
+            }
+        )
+    return snapshot
+
+
+class MonitorCollector:
+    """Yields the monitor gauges from the database on each scrape."""
+
+    def __init__(self, sessions: Sessions):
+        self.sessions = sessions
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        snapshot = monitor_snapshot(self.sessions)
+        for metric, (key, help_text) in MONITOR_GAUGES.items():
+            family = GaugeMetricFamily(metric, help_text, labels=["calibrator", "version", "window"])
+            for entry in snapshot:
+                for window, values in entry["windows"].items():
+                    if values.get(key) is not None:
+                        family.add_metric([entry["name"], str(entry["version"]), window], values[key])
+            yield family
+        evalue = GaugeMetricFamily("calibd_monitor_drift_log_evalue", "Log e-value of the drift test", labels=["calibrator", "version"])
+        alarm = GaugeMetricFamily("calibd_monitor_drift_alarm", "1 once the drift test has alarmed (latched)", labels=["calibrator", "version"])
+        for entry in snapshot:
+            labels = [entry["name"], str(entry["version"])]
+            evalue.add_metric(labels, entry["drift"]["log_evalue"])
+            alarm.add_metric(labels, 1.0 if entry["drift"]["alarm"] else 0.0)
+        yield evalue
+        yield alarm
+
+
+def make_registry(sessions: Sessions) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        multiprocess.MultiProcessCollector(registry)
+    else:
+        registry.register(_DefaultCollectors())
+    registry.register(MonitorCollector(sessions))
+    return registry
+
+
+class _DefaultCollectors:
+    """This process's own metrics (the default registry) inside another registry."""
+
+    def collect(self):
+        return REGISTRY.collect()
+
+
+router = APIRouter(tags=["observability"])
+
+
+@router.get("/metrics", summary="Prometheus exposition", response_class=Response)
+async def metrics(request: Request) -> Response:
+    registry = services(request).metrics_registry
+    return Response(await run_in_threadpool(generate_latest, registry), media_type=CONTENT_TYPE_LATEST)
+
+
+class RequestMetrics:
+    """Observes each request's latency by route template, method and status."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def observe_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, observe_status)
+        finally:
+            route = scope.get("route")
+            path = getattr(route, "path", "unmatched")
+            REQUEST_DURATION.labels(path, scope["method"], str(status)).observe(time.perf_counter() - started)

@@ -1,0 +1,308 @@
+"""Linear maps of logits or log-probabilities, followed by a softmax: vector
+scaling, matrix scaling and Dirichlet calibration.
+
+    p' = softmax(W x + b)
+
+* ``vector``: x the logits, W = diag(a) (a per-class scale and a bias).
+  Guo, Pleiss, Sun & Weinberger (2017), "On calibration of modern neural
+  networks", section 4.2.
+* ``matrix``: x the logits, W a full K x K matrix, with ODIR regularisation.
+* ``dirichlet``: x = log p, the log-probabilities (for logit input,
+  log softmax(z)); W full, diagonal, or fixed-diagonal (W = a I: one scale
+  shared by all classes, with the per-class bias b, which is what makes it
+  differ from temperature scaling). Kull, Perello-Nieto, Kängsepp, Silva
+  Filho, Song & Flach (2019), "Beyond temperature scaling: obtaining
+  well-calibrated multi-class probabilities with Dirichlet calibration"
+  (NeurIPS): the map softmax(W ln p + b) is the posterior of class-conditional
+  Dirichlet distributions.
+
+On logits and log-probabilities: log p = z - logsumexp(z) differs from z by a
+per-row constant, which softmax ignores only when it is multiplied by a
+vector proportional to 1. So vector/matrix scaling of logits and diagonal/full
+Dirichlet calibration are different models on logit input, and the same
+models on probability input (where the logits are log p; the only difference
+is then the regulariser).
+
+Fitting minimises the weighted mean log-loss plus a penalty,
+
+    sum_i w_i [logsumexp(eta_i) - eta_{i, y_i}] / sum_i w_i + penalty(W, b),
+    eta_i = W x_i + b,
+
+by L-BFGS (scipy ``L-BFGS-B``, analytic gradients: dL/deta = w (softmax(eta) -
+onehot(y)), then dL/dW = G^T X, dL/db = sum of G's rows), starting at the
+identity (W = I, b = 0: the input probabilities). The optimiser works on
+centred and scaled features (x_j - m_j) / s_j, with the parameters mapped
+back exactly, which only changes its conditioning: the logits' scale and
+offset then do not slow it down.
+
+Penalties (Kull et al. 2019, section 4), with lambda = ``reg_lambda`` and
+mu = ``reg_mu``:
+
+* ``odir`` (off-diagonal and intercept regularisation):
+  lambda / (K (K - 1)) * sum_{i != j} W_ij^2 + mu / K * sum_k b_k^2.
+  The diagonal is free, so the penalty pulls toward a class-wise rescaling,
+  not toward uniform outputs. Diagonal variants have no off-diagonal, so only
+  the mu term acts.
+* ``l2``: lambda * mean of the squared free weights (all of W for ``full``,
+  the K diagonal scales, or the single scale) + mu / K * sum_k b_k^2.
+
+The intercept penalty also keeps a class absent from the holdout finite: its
+bias would otherwise run to -infinity; with it, the bias settles where the
+class's mean predicted probability balances 2 mu |b_k| / K. Since softmax is
+unchanged by adding a constant to every b_k, the penalty also picks the
+centred bias (mean 0), so fitted biases are identifiable.
+
+Limits: the full variants have K^2 + K parameters and each evaluation costs
+O(n K^2); they accept at most ``MAX_FULL_CLASSES`` = 200 classes and raise a
+CalibrationInputError on ``scores`` beyond (use ``vector`` or
+``dirichlet`` with ``variant="diagonal"``, O(n K), which take K up to any size
+memory allows).
+"""
+
+from __future__ import annotations
+
+from numbers import Integral, Real
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ._multiclass import as_logits, log_loss_residual, log_softmax, minimize_lbfgs, row_blocks, softmax
+from .base import Calibrator, CalibrationInputError
+
+#: The largest K the full K x K variants accept.
+MAX_FULL_CLASSES = 200
+VARIANTS = ("full", "diagonal", "fixed_diagonal")
+REGULARIZATIONS = ("odir", "l2")
+DEFAULT_REG_LAMBDA = 1e-2
+DEFAULT_REG_MU = 1e-2
+DEFAULT_MAX_ITER = 500
+
+
+def _check_strength(value: Any, field: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, Real) or not np.isfinite(value) or value < 0:
+        raise CalibrationInputError(field, "must be a finite number >= 0")
+
+
+class _LinearCalibrator(Calibrator):
+    """softmax(W x + b) on logits or log-probabilities; subclasses fix the family."""
+
+    tasks = ("multiclass",)
+    monotone = False
+    fitted_attributes = ("weights_", "bias_")
+    #: "logit" (vector, matrix) or "log_probability" (dirichlet).
+    features: ClassVar[str] = "logit"
+
+    # Subclasses give these as options or fix them.
+    variant: str
+    regularization: str
+    reg_lambda: float
+    reg_mu: float
+    max_iter: int
+
+    def _check_params(self) -> None:
+        if self.variant not in VARIANTS:
+            raise CalibrationInputError("options.variant", f"must be one of {', '.join(VARIANTS)}")
+        if self.regularization not in REGULARIZATIONS:
+            raise CalibrationInputError("options.regularization", f"must be one of {', '.join(REGULARIZATIONS)}")
+        _check_strength(self.reg_lambda, "options.reg_lambda")
+        _check_strength(self.reg_mu, "options.reg_mu")
+        if isinstance(self.max_iter, bool) or not isinstance(self.max_iter, Integral) or not 1 <= self.max_iter <= 100_000:
+            raise CalibrationInputError("options.max_iter", "must be an integer from 1 to 100000")
+
+    def _features(self, scores: np.ndarray) -> np.ndarray:
+        x = as_logits(scores, self.input)
+        if self.features == "log_probability" and self.input == "logit":
+            x = log_softmax(x)
+        return x
+
+    def _linear(self, x: np.ndarray, weights: np.ndarray, bias: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """eta = W x + b for every row, into ``out``."""
+        if self.variant == "full":
+            eta = np.matmul(x, weights.T, out=out)
+        else:
+            eta = np.multiply(x, weights if self.variant == "diagonal" else weights[0], out=out)
+        eta += bias
+        return eta
+
+    def _penalty(self, weights: np.ndarray, bias: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        """The penalty and its gradients in W (the free weights) and b."""
+        k = bias.shape[0]
+        lam, mu = float(self.reg_lambda), float(self.reg_mu)
+        value = mu / k * float(bias @ bias)
+        grad_b = 2.0 * mu / k * bias
+        grad_w = np.zeros_like(weights)
+        if self.regularization == "l2":
+            value += lam * float(np.mean(weights**2))
+            grad_w = 2.0 * lam / weights.size * weights
+        elif self.variant == "full":
+            off = weights.copy()
+            np.fill_diagonal(off, 0.0)
+            value += lam / (k * (k - 1)) * float(np.sum(off**2))
+            grad_w = 2.0 * lam / (k * (k - 1)) * off
+        return value, grad_w, grad_b
+
+    def _fit(self, scores: np.ndarray, labels: np.ndarray, weights: np.ndarray) -> None:
+        n, k = scores.shape
+        if self.variant == "full" and k > MAX_FULL_CLASSES:
+            alternative = "method 'vector'" if self.method == "matrix" else "variant 'diagonal'"
+            raise CalibrationInputError(
+                "scores",
+                f"{self.method} with a full {k} x {k} matrix supports at most {MAX_FULL_CLASSES} classes; use {alternative}",
+            )
+        x = self._features(scores)
+        w = weights / weights.sum()
+        # Centre and scale the features for the optimiser: x_j -> (x_j - m_j) / s_j.
+        m = w @ x
+        variance = np.maximum(np.einsum("i,ij,ij->j", w, x, x) - m * m, 0.0)
+        if self.variant == "fixed_diagonal":
+            variance = np.full(k, variance.mean())
+        s = np.sqrt(variance)
+        s = np.where(s > 1e-6 * (1.0 + np.abs(m)), s, 1.0)
+        n_weights = {"full": k * k, "diagonal": k, "fixed_diagonal": 1}[self.variant]
+        blocks = row_blocks(n, k)
+        buffer = np.empty((blocks[0].stop - blocks[0].start, k))
+
+        def natural(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            """(W, b) from the optimiser's (U, c): W = U / s columnwise, b = c - W m."""
+            u, c = theta[:n_weights], theta[n_weights:]
+            if self.variant == "full":
+                wts = u.reshape(k, k) / s
+                return wts, c - wts @ m
+            wts = u / s[: u.shape[0]]
+            return wts, c - (wts * m if self.variant == "diagonal" else wts[0] * m)
+
+        def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
+            wts, bias = natural(theta)
+            loss = 0.0
+            grad_w = np.zeros_like(wts)
+            grad_b = np.zeros(k)
+            for block in blocks:
+                xb = x[block]
+                eta = self._linear(xb, wts, bias, out=buffer[: xb.shape[0]])
+                part, g = log_loss_residual(eta, labels[block], w[block])
+                loss += part
+                grad_b += g.sum(axis=0)
+                if self.variant == "full":
+                    grad_w += g.T @ xb
+                elif self.variant == "diagonal":
+                    grad_w += np.einsum("ij,ij->j", g, xb)
+                else:
+                    grad_w += np.vdot(g, xb)
+            penalty, pen_w, pen_b = self._penalty(wts, bias)
+            grad_w += pen_w
+            grad_b += pen_b
+            # Chain rule through W = U / s, b = c - W m.
+            if self.variant == "full":
+                grad_u = (grad_w - np.outer(grad_b, m)) / s
+            elif self.variant == "diagonal":
+                grad_u = (grad_w - grad_b * m) / s
+            else:
+                grad_u = (grad_w - grad_b @ m) / s[:1]
+            return loss + penalty, np.concatenate([grad_u.ravel(), grad_b])
+
+        if self.variant == "full":
+            u0 = np.diag(s).ravel()
+        else:
+            u0 = s[:n_weights].copy()
+        theta, self.optimizer_ = minimize_lbfgs(objective, np.concatenate([u0, m]), self.max_iter)
+        self.weights_, self.bias_ = natural(theta)
+
+    def _predict(self, scores: np.ndarray) -> np.ndarray:
+        weights = np.asarray(self.weights_, dtype=np.float64)
+        return softmax(self._linear(self._features(scores), weights, np.asarray(self.bias_, dtype=np.float64)))
+
+    def fit_info(self) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "features": self.features,
+            "variant": self.variant,
+            "regularization": self.regularization,
+            "reg_lambda": float(self.reg_lambda),
+            "reg_mu": float(self.reg_mu),
+            "bias": np.asarray(self.bias_).tolist(),
+        }
+        if self.variant != "full":
+            info["scales"] = np.asarray(self.weights_).tolist()
+        if hasattr(self, "optimizer_"):
+            info["optimizer"] = self.optimizer_
+        return info
+
+
+class VectorScalingCalibrator(_LinearCalibrator):
+    """Vector scaling: softmax(a * z + b), a per-class scale a and bias b on the logits.
+
+    Options:
+        reg_mu: strength of the intercept penalty mu / K * sum b_k^2 (default
+            0.01); it keeps the bias of a class absent from the holdout finite.
+        max_iter: L-BFGS iterations (default 500).
+    """
+
+    method = "vector"
+    features = "logit"
+    variant = "diagonal"
+    regularization = "odir"
+    reg_lambda = 0.0
+
+    def __init__(self, input: str = "probability", reg_mu: float = DEFAULT_REG_MU, max_iter: int = DEFAULT_MAX_ITER):
+        self.input = input
+        self.reg_mu = reg_mu
+        self.max_iter = max_iter
+
+
+class MatrixScalingCalibrator(_LinearCalibrator):
+    """Matrix scaling: softmax(W z + b), a full K x K map of the logits, ODIR-regularised.
+
+    Options:
+        reg_lambda: off-diagonal penalty lambda (default 0.01).
+        reg_mu: intercept penalty mu (default 0.01).
+        max_iter: L-BFGS iterations (default 500).
+    At most 200 classes.
+    """
+
+    method = "matrix"
+    features = "logit"
+    variant = "full"
+    regularization = "odir"
+
+    def __init__(
+        self,
+        input: str = "probability",
+        reg_lambda: float = DEFAULT_REG_LAMBDA,
+        reg_mu: float = DEFAULT_REG_MU,
+        max_iter: int = DEFAULT_MAX_ITER,
+    ):
+        self.input = input
+        self.reg_lambda = reg_lambda
+        self.reg_mu = reg_mu
+        self.max_iter = max_iter
+
+
+class DirichletCalibrator(_LinearCalibrator):
+    """Dirichlet calibration: softmax(W log p + b).
+
+    Options:
+        variant: "full" (default; at most 200 classes), "diagonal", or
+            "fixed_diagonal" (W = a I).
+        regularization: "odir" (default) or "l2".
+        reg_lambda: weight penalty lambda (default 0.01).
+        reg_mu: intercept penalty mu (default 0.01).
+        max_iter: L-BFGS iterations (default 500).
+    """
+
+    method = "dirichlet"
+    features = "log_probability"
+
+    def __init__(
+        self,
+        input: str = "probability",
+        variant: str = "full",
+        regularization: str = "odir",
+        reg_lambda: float = DEFAULT_REG_LAMBDA,
+        reg_mu: float = DEFAULT_REG_MU,
+        max_iter: int = DEFAULT_MAX_ITER,
+    ):
+        self.input = input
+        self.variant = variant
+        self.regularization = regularization
+        self.reg_lambda = reg_lambda
+        self.reg_mu = reg_mu
+        self.max_iter = max_iter

@@ -1,0 +1,337 @@
+"""Feedback, logged predictions and monitor state: the functions that read and write them.
+
+A feedback request commits in one transaction: its labelled rows, the monitor
+sums of their minute and bins, the drift test's new state, and the
+idempotency record. Either all of it is stored, or none.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+from sqlalchemy import delete, func, select
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from ..monitoring.drift import DriftTest
+from ..monitoring.windows import COUNT_WINDOWS, SUM_FIELDS, TIME_WINDOWS, BinSums, feedback_terms
+from .db import transaction
+from .models import DriftStateRow, FeedbackRow, IdempotencyRow, MonitorBucketRow, PredictionRow, utcnow
+from .repository import Sessions
+
+# Ids are looked up in chunks, within every backend's limit on bound parameters.
+_ID_CHUNK = 5000
+
+
+def _insert(session: Session):
+    return postgresql_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
+
+
+def minute(moment: datetime) -> datetime:
+    return moment.replace(second=0, microsecond=0)
+
+
+@dataclass(frozen=True)
+class DriftSettings:
+    alpha: float
+    tolerance: float
+
+
+@dataclass
+class LabelledBatch:
+    """Validated labelled predictions of one version."""
+
+    version: int
+    probabilities: np.ndarray  # (n,) probability of class 1, or (n, K) rows
+    labels: np.ndarray  # ints
+    prediction_ids: list[str] | None = None
+    accepted: np.ndarray | None = None
+
+
+@dataclass
+class LoggedPrediction:
+    version: int
+    probabilities: np.ndarray | float
+    accepted: bool | None
+    created_at: datetime
+
+
+# -- predictions logged by /calibrate -------------------------------------------
+def log_predictions(sessions: Sessions, rows: list[dict[str, Any]]) -> None:
+    """Insert logged predictions in one batch; an id already logged keeps its first prediction."""
+    if not rows:
+        return
+    with transaction(sessions) as session:
+        statement = _insert(session)(PredictionRow).on_conflict_do_nothing(
+            index_elements=["calibrator_id", "prediction_id"]
+        )
+        session.execute(statement, rows)
+
+
+def find_predictions(session: Session, calibrator_id: int, ids: list[str]) -> dict[str, LoggedPrediction]:
+    found: dict[str, LoggedPrediction] = {}
+    unique = list(dict.fromkeys(ids))
+    for start in range(0, len(unique), _ID_CHUNK):
+        chunk = unique[start : start + _ID_CHUNK]
+        rows = session.execute(
+            select(
+                PredictionRow.prediction_id,
+                PredictionRow.version,
+                PredictionRow.probability,
+                PredictionRow.probabilities,
+                PredictionRow.accepted,
+                PredictionRow.created_at,
+            ).where(PredictionRow.calibrator_id == calibrator_id, PredictionRow.prediction_id.in_(chunk))
+        ).all()
+        for prediction_id, version, probability, probabilities, accepted, created_at in rows:
+            value = probability if probabilities is None else np.asarray(probabilities, dtype=np.float64)
+            found[prediction_id] = LoggedPrediction(version, value, accepted, created_at)
+    return found
+
+
+# -- feedback ----------------------------------------------------------------------
+def stored_response(sessions: Sessions, key: str) -> dict[str, Any] | None:
+    """The answer already given to a request with this Idempotency-Key, if any."""
+    with transaction(sessions) as session:
+        return session.scalar(select(IdempotencyRow.response).where(IdempotencyRow.key == key))
+
+
+class IdempotencyConflict(Exception):
+    """Another request with the same Idempotency-Key committed first."""
+
+
+def record_feedback(
+    sessions: Sessions,
+    *,
+    calibrator_id: int,
+    batches: list[LabelledBatch] | None = None,
+    ids: list[str] | None = None,
+    labels: np.ndarray | None = None,
+    prediction_ttl: timedelta,
+    drift: DriftSettings,
+    idempotency_key: str | None = None,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """Record labelled predictions, given directly (``batches``) or by logged id (``ids``, ``labels``).
+
+    Returns the receipt: how many were recorded, and which ids were unknown or
+    had expired. With an ``idempotency_key`` the receipt is stored in the same
+    transaction; a concurrent request with the same key raises IdempotencyConflict
+    (its receipt is then ``stored_response(key)``).
+    """
+    now = now or utcnow()
+    try:
+        with transaction(sessions) as session:
+            unknown: list[str] = []
+            expired: list[str] = []
+            if ids is not None:
+                batches, unknown, expired = _join_logged(session, calibrator_id, ids, labels, now - prediction_ttl)
+            count = 0
+            for batch in batches or []:
+                count += _store_batch(session, calibrator_id, batch, now, drift)
+            receipt = {"count": count, "unknown_ids": unknown, "expired_ids": expired}
+            if idempotency_key is not None:
+                session.add(IdempotencyRow(key=idempotency_key, calibrator_id=calibrator_id, response=receipt, created_at=now))
+                session.flush()
+            return receipt
+    except IntegrityError:
+        if idempotency_key is not None and stored_response(sessions, idempotency_key) is not None:
+            raise IdempotencyConflict(idempotency_key) from None
+        raise
+
+
+def _join_logged(
+    session: Session, calibrator_id: int, ids: list[str], labels: np.ndarray, oldest: datetime
+) -> tuple[list[LabelledBatch], list[str], list[str]]:
+    """Group labels for logged ids by the version that served them."""
+    logged = find_predictions(session, calibrator_id, ids)
+    unknown, expired = [], []
+    groups: dict[int, list[int]] = defaultdict(list)
+    for position, prediction_id in enumerate(ids):
+        prediction = logged.get(prediction_id)
+        if prediction is None:
+            unknown.append(prediction_id)
+        elif prediction.created_at < oldest:
+            expired.append(prediction_id)
+        else:
+            groups[prediction.version].append(position)
+    batches = []
+    for version, positions in sorted(groups.items()):
+        predictions = [logged[ids[i]] for i in positions]
+        accepted = [p.accepted for p in predictions]
+        batches.append(
+            LabelledBatch(
+                version=version,
+                probabilities=np.array([p.probabilities for p in predictions], dtype=np.float64),
+                labels=labels[positions],
+                prediction_ids=[ids[i] for i in positions],
+                accepted=None if any(a is None for a in accepted) else np.array(accepted, dtype=bool),
+            )
+        )
+    return batches, unknown, expired
+
+
+def _store_batch(session: Session, calibrator_id: int, batch: LabelledBatch, now: datetime, drift: DriftSettings) -> int:
+    terms = feedback_terms(batch.probabilities, batch.labels, batch.accepted)
+    n = batch.labels.shape[0]
+    multiclass = batch.probabilities.ndim == 2
+    ids = batch.prediction_ids or [None] * n
+    accepted = [None] * n if batch.accepted is None else batch.accepted.tolist()
+    rows_probabilities = batch.probabilities.tolist() if multiclass else [None] * n
+    session.execute(
+        _insert(session)(FeedbackRow),
+        [
+            {
+                "calibrator_id": calibrator_id,
+                "version": batch.version,
+                "prediction_id": prediction_id,
+                "probability": probability,
+                "label": label,
+                "probabilities": row,
+                "accepted": accept,
+                "received_at": now,
+            }
+            for prediction_id, probability, label, row, accept in zip(
+                ids, terms.probability.tolist(), batch.labels.tolist(), rows_probabilities, accepted
+            )
+        ],
+    )
+    _add_to_buckets(session, calibrator_id, batch.version, minute(now), BinSums.of(terms))
+    kept = np.ones(n, dtype=bool) if batch.accepted is None else batch.accepted
+    if kept.any():
+        _update_drift(session, calibrator_id, batch.version, terms.probability[kept], terms.outcome[kept], now, drift)
+    return n
+
+
+def _add_to_buckets(session: Session, calibrator_id: int, version: int, bucket: datetime, sums: BinSums) -> None:
+    rows = [{"calibrator_id": calibrator_id, "version": version, "bucket_start": bucket, **row} for row in sums.rows()]
+    if not rows:
+        return
+    statement = _insert(session)(MonitorBucketRow)
+    statement = statement.on_conflict_do_update(
+        index_elements=["calibrator_id", "version", "bucket_start", "bin"],
+        set_={name: getattr(MonitorBucketRow, name) + getattr(statement.excluded, name) for name in SUM_FIELDS},
+    )
+    session.execute(statement, rows)
+
+
+def _update_drift(
+    session: Session, calibrator_id: int, version: int, p: np.ndarray, y: np.ndarray, now: datetime, drift: DriftSettings
+) -> None:
+    # Create the row if missing, then lock it: concurrent feedback for one
+    # version updates the test one batch at a time.
+    session.execute(
+        _insert(session)(DriftStateRow)
+        .values(calibrator_id=calibrator_id, version=version, state={}, alarm=False, log_evalue=0.0, updated_at=now)
+        .on_conflict_do_nothing(index_elements=["calibrator_id", "version"])
+    )
+    row = session.scalars(
+        select(DriftStateRow)
+        .where(DriftStateRow.calibrator_id == calibrator_id, DriftStateRow.version == version)
+        .with_for_update()
+    ).one()
+    test = DriftTest.from_dict(row.state) if row.state else DriftTest(alpha=drift.alpha, tolerance=drift.tolerance)
+    result = test.update(p, y.astype(np.int8))
+    row.state = test.to_dict()
+    row.alarm = bool(result.alarm)
+    row.log_evalue = float(result.log_evalue)
+    row.updated_at = now
+
+
+# -- monitor windows ----------------------------------------------------------------
+def window_sums(sessions: Sessions, calibrator_id: int, version: int, now: datetime | None = None) -> dict[str, BinSums]:
+    """Bin sums of every window of one version."""
+    now = now or utcnow()
+    sums: dict[str, BinSums] = {}
+    with transaction(sessions) as session:
+        for window, length in TIME_WINDOWS.items():
+            rows = session.execute(
+                select(MonitorBucketRow.bin, *(func.sum(getattr(MonitorBucketRow, f)) for f in SUM_FIELDS))
+                .where(
+                    MonitorBucketRow.calibrator_id == calibrator_id,
+                    MonitorBucketRow.version == version,
+                    MonitorBucketRow.bucket_start > now - length,
+                )
+                .group_by(MonitorBucketRow.bin)
+            ).all()
+            sums[window] = BinSums.from_rows(rows)
+        for window, limit in COUNT_WINDOWS.items():
+            rows = session.execute(
+                select(FeedbackRow.probability, FeedbackRow.label, FeedbackRow.probabilities, FeedbackRow.accepted)
+                .where(FeedbackRow.calibrator_id == calibrator_id, FeedbackRow.version == version)
+                .order_by(FeedbackRow.id.desc())
+                .limit(limit)
+            ).all()
+            sums[window] = _sums_of_rows(rows)
+    return sums
+
+
+def _sums_of_rows(rows: list[tuple]) -> BinSums:
+    if not rows:
+        return BinSums()
+    multiclass = rows[0][2] is not None
+    labels = np.array([r[1] for r in rows], dtype=np.int64)
+    if multiclass:
+        probabilities = np.array([r[2] for r in rows], dtype=np.float64)
+    else:
+        probabilities = np.array([r[0] for r in rows], dtype=np.float64)
+    accepted_values = [r[3] for r in rows]
+    accepted = None if any(a is None for a in accepted_values) else np.array(accepted_values, dtype=bool)
+    return BinSums.of(feedback_terms(probabilities, labels, accepted))
+
+
+def drift_state(sessions: Sessions, calibrator_id: int, version: int) -> dict[str, Any]:
+    """The drift test of one version: alarm, log e-value, and what it has seen."""
+    with transaction(sessions) as session:
+        row = session.get(DriftStateRow, (calibrator_id, version))
+        state, updated_at = (row.state, row.updated_at) if row is not None else ({}, None)
+    if not state:
+        return {"alarm": False, "log_evalue": 0.0, "samples": 0, "batches": 0, "alarm_batch": None,
+                "top_alternative": None, "updated_at": None}
+    result = DriftTest.from_dict(state).result()
+    return {
+        "alarm": result.alarm,
+        "log_evalue": result.log_evalue,
+        "samples": result.n_samples,
+        "batches": result.n_batches,
+        "alarm_batch": result.alarm_batch,
+        "top_alternative": result.top_alternative,
+        "updated_at": updated_at,
+    }
+
+
+def labelled_pairs(sessions: Sessions, calibrator_id: int, version: int | None = None, limit: int = 100_000) -> list[tuple]:
+    """The newest labelled pairs (probability or rows, label), for reports and refits."""
+    with transaction(sessions) as session:
+        query = select(FeedbackRow.probability, FeedbackRow.probabilities, FeedbackRow.label, FeedbackRow.received_at).where(
+            FeedbackRow.calibrator_id == calibrator_id
+        )
+        if version is not None:
+            query = query.where(FeedbackRow.version == version)
+        return list(session.execute(query.order_by(FeedbackRow.id.desc()).limit(limit)).all())
+
+
+# -- retention -------------------------------------------------------------------------
+def purge(sessions: Sessions, now: datetime, prediction_ttl: timedelta, feedback_retention: timedelta) -> dict[str, int]:
+    """Delete expired predictions, and feedback, buckets and idempotency keys past retention."""
+    with transaction(sessions) as session:
+        counts = {
+            # Expired ids are still reported as expired for a day after their TTL.
+            "predictions": session.execute(
+                delete(PredictionRow).where(PredictionRow.created_at < now - prediction_ttl - timedelta(days=1))
+            ).rowcount,
+            "feedback": session.execute(delete(FeedbackRow).where(FeedbackRow.received_at < now - feedback_retention)).rowcount,
+            "monitor_buckets": session.execute(
+                delete(MonitorBucketRow).where(MonitorBucketRow.bucket_start < now - feedback_retention)
+            ).rowcount,
+            "idempotency_keys": session.execute(
+                delete(IdempotencyRow).where(IdempotencyRow.created_at < now - timedelta(days=1))
+            ).rowcount,
+        }
+    return counts

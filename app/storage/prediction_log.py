@@ -1,0 +1,88 @@
+"""The prediction log: predictions served with ids, written in batches behind /calibrate.
+
+/calibrate only appends to an in-memory list; a background task writes the
+list every ``interval`` seconds in one executemany. The log is best-effort
+and not part of what /calibrate acknowledges: when the database is away, or
+the list is full, predictions are dropped and counted by calibrator.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+
+from .feedback import log_predictions
+from .models import utcnow
+from .repository import Sessions
+
+logger = logging.getLogger("calibd")
+
+
+@dataclass
+class _Entry:
+    calibrator_id: int
+    name: str
+    version: int
+    ids: list[str]
+    probabilities: np.ndarray
+    accepted: np.ndarray | None
+    created_at: datetime
+
+
+class PredictionLog:
+    def __init__(self, sessions: Sessions, max_pending: int, on_drop: Callable[[str, int], None]):
+        self._sessions = sessions
+        self._max_pending = max_pending
+        self._on_drop = on_drop
+        self._entries: list[_Entry] = []
+        self._pending = 0
+
+    def add(
+        self, calibrator_id: int, name: str, version: int, ids: list[str], probabilities: np.ndarray, accepted=None
+    ) -> None:
+        """Queue predictions for writing; O(1) on the request path."""
+        if self._pending + len(ids) > self._max_pending:
+            self._on_drop(name, len(ids))
+            return
+        self._entries.append(_Entry(calibrator_id, name, version, ids, probabilities, accepted, utcnow()))
+        self._pending += len(ids)
+
+    def take(self) -> list[_Entry]:
+        entries, self._entries, self._pending = self._entries, [], 0
+        return entries
+
+    def write(self, entries: list[_Entry]) -> None:
+        """Write taken entries (in a worker thread); on failure count them as dropped."""
+        if not entries:
+            return
+        rows = []
+        for entry in entries:
+            multiclass = entry.probabilities.ndim == 2
+            values = entry.probabilities.tolist()
+            accepted = [None] * len(entry.ids) if entry.accepted is None else entry.accepted.tolist()
+            for prediction_id, value, accept in zip(entry.ids, values, accepted):
+                rows.append(
+                    {
+                        "calibrator_id": entry.calibrator_id,
+                        "version": entry.version,
+                        "prediction_id": prediction_id,
+                        "probability": None if multiclass else value,
+                        "probabilities": value if multiclass else None,
+                        "accepted": accept,
+                        "created_at": entry.created_at,
+                    }
+                )
+        try:
+            log_predictions(self._sessions, rows)
+        except Exception as error:  # the database may be away: the log is best-effort
+            logger.warning("prediction log: dropped %d predictions: %s", len(rows), error)
+            for entry in entries:
+                self._on_drop(entry.name, len(entry.ids))
+
+    @property
+    def pending(self) -> int:
+        return self._pending
