@@ -119,3 +119,47 @@ def test_auto_picks_the_candidate_with_lowest_cross_validated_log_loss():
 def test_every_registered_method_declares_its_name():
     for name, cls in METHODS.items():
         assert cls.method == name
+
+
+def test_extra_arrays_are_declared_split_by_fold_and_passed_to_predict():
+    from app.calibration.base import ArraySpec
+
+    class ByFeature(PlattCalibrator):
+        """Predicts the training label rate of rows whose feature has the same sign."""
+
+        method = "by_feature"
+        fit_arrays = {"features": ArraySpec(ndim=2, rows=True), "offset": ArraySpec(ndim=1, rows=False, required=False)}
+        predict_arrays = {"features": ArraySpec(ndim=2, rows=True)}
+        fitted_attributes = ("rates_",)
+        seen: list = []
+
+        def _fit(self, scores, labels, weights, features, offset=None):
+            ByFeature.seen.append((scores.shape[0], features.shape[0], None if offset is None else offset.shape[0]))
+            positive = features[:, 0] > 0
+            self.rates_ = np.array([labels[~positive].mean(), labels[positive].mean()])
+
+        def _predict(self, scores, features):
+            return self.rates_[(features[:, 0] > 0).astype(int)]
+
+    rng = np.random.default_rng(0)
+    features = rng.normal(size=(100, 3))
+    labels = (features[:, 0] > 0).astype(int)
+    scores = rng.uniform(size=100)
+    calibrator = ByFeature().fit(scores, labels, features=features, offset=np.ones(7))
+    assert ByFeature.seen[-1] == (100, 100, 7)
+    np.testing.assert_array_equal(calibrator.predict(scores, features=features), labels)
+    with pytest.raises(CalibrationInputError) as error:
+        calibrator.predict(scores)
+    assert error.value.field == "features"
+    with pytest.raises(CalibrationInputError) as error:
+        calibrator.predict(scores, features=features[:10])
+    assert error.value.field == "features"
+    with pytest.raises(CalibrationInputError) as error:
+        calibrator.predict(scores, features=features, colour=[1])
+    assert error.value.field == "colour"
+
+    ByFeature.seen.clear()
+    out = cross_val_predict(ByFeature(), scores, labels.astype(np.int8), np.ones(100), arrays={"features": features, "offset": np.ones(7)})
+    assert [s[0] for s in ByFeature.seen] == [s[1] for s in ByFeature.seen]  # features split with the rows
+    assert all(s[2] == 7 for s in ByFeature.seen)  # the rest passed whole
+    np.testing.assert_array_equal(out, labels)

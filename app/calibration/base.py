@@ -14,6 +14,7 @@ finite real), and converts to the scale it works on with ``to_logit`` or
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -204,6 +205,9 @@ class Calibrator:
     fitted_attributes: ClassVar[tuple[str, ...]] = ()
     #: True when the output is a non-decreasing function of the score.
     monotone: ClassVar[bool] = True
+    #: Extra arrays taken by fit (from the holdout) and by predict (beside the scores).
+    fit_arrays: ClassVar[dict[str, ArraySpec]] = {}
+    predict_arrays: ClassVar[dict[str, ArraySpec]] = {}
 
     def __init__(self, input: str = "probability"):
         self.input = input
@@ -265,7 +269,7 @@ class Calibrator:
         """Fit on a labelled holdout: 0/1 labels for binary scores, 0..K-1 for rows of K."""
         self._validate_params()
         scores, labels, weights, _ = self.check_holdout_arrays(scores, labels, sample_weight)
-        self._fit(scores, labels, weights)
+        self._fit(scores, labels, weights, **check_arrays(arrays, self.fit_arrays, scores.shape[0]))
         self.n_classes_ = n_classes_of(scores, self.tasks)
         return self
 
@@ -294,7 +298,8 @@ class Calibrator:
 
     def predict(self, scores: Any, **arrays: Any) -> np.ndarray:
         """Calibrated probabilities: of class 1, shape (n,), for binary scores; rows (n, K) otherwise."""
-        return self._predict(self.check_predict_scores(scores))
+        scores = self.check_predict_scores(scores)
+        return self._predict(scores, **check_arrays(arrays, self.predict_arrays, scores.shape[0]))
 
     def predict_proba(self, scores: Any, **arrays: Any) -> np.ndarray:
         """Calibrated probabilities of every class, shape ``(n, K)`` (binary: ``(n, 2)``)."""
@@ -305,10 +310,10 @@ class Calibrator:
         """``predict`` plus any per-row extras the method reports (``intervals``, ...)."""
         return self.predict(scores, **arrays), {}
 
-    def _fit(self, scores: np.ndarray, labels: np.ndarray, weights: np.ndarray) -> None:
+    def _fit(self, scores: np.ndarray, labels: np.ndarray, weights: np.ndarray, **arrays: np.ndarray) -> None:
         raise NotImplementedError
 
-    def _predict(self, scores: np.ndarray) -> np.ndarray:
+    def _predict(self, scores: np.ndarray, **arrays: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
     def fit_info(self) -> dict[str, Any]:
@@ -360,6 +365,40 @@ def check_holdout(labels: np.ndarray, weights: np.ndarray, min_samples: int, n_c
         raise CalibrationInputError(
             "labels", f"each class present needs at least 2 samples (cross-fitting); label {int(rare[0])} has 1"
         )
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """An extra named array a method takes beside the scores (``features``, ``X``, ...).
+
+    ``rows``: one entry per holdout row (so cross-fitting splits it by fold);
+    otherwise the array is passed whole to every fit.
+    """
+
+    ndim: int
+    rows: bool
+    required: bool = True
+    description: str = ""
+
+
+def check_arrays(arrays: dict[str, Any], specs: dict[str, ArraySpec], n_samples: int | None) -> dict[str, np.ndarray]:
+    """Validate the extra arrays of a request against a method's declared specs."""
+    for name in arrays:
+        if name not in specs:
+            expected = ", ".join(specs) or "none"
+            raise CalibrationInputError(name, f"this method takes no array named {name!r} (it takes: {expected})")
+    checked = {}
+    for name, spec in specs.items():
+        value = arrays.get(name)
+        if value is None:
+            if spec.required:
+                raise CalibrationInputError(name, f"required by this method: {spec.description or 'an array'}")
+            continue
+        array = as_float_array(value, name, ndim=spec.ndim)
+        if spec.rows and n_samples is not None and array.shape[0] != n_samples:
+            raise CalibrationInputError(name, f"has {array.shape[0]} rows but scores has {n_samples}")
+        checked[name] = array
+    return checked
 
 
 def n_classes_of(scores: np.ndarray, tasks: tuple[str, ...]) -> int:

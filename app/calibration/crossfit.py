@@ -41,22 +41,41 @@ def cross_val_predict(
     n_splits: int = 5,
     seed: int = 0,
     folds: np.ndarray | None = None,
+    arrays: dict[str, np.ndarray] | None = None,
 ) -> np.ndarray:
     """Out-of-fold calibrated probabilities of class 1 for validated arrays.
 
     Each fold is predicted by a fresh clone fitted on the other folds. With
     stratified folds and at least two rows of each class, every training part
-    holds both classes.
+    holds both classes. Extra ``arrays`` declared row-aligned are split with
+    the rows; the others go whole to every fit.
     """
+    arrays = arrays or {}
     if folds is None:
         folds = stratified_folds(labels, n_splits, seed)
-    out = np.empty(scores.shape[0], dtype=np.float64)
+    out = None
     for fold in range(n_splits):
         test = folds == fold
         if not test.any():
             continue
         train = ~test
         model = clone(calibrator)
-        model._fit(scores[train], labels[train], weights[train])
-        out[test] = model._predict(scores[test])
+        model._fit(scores[train], labels[train], weights[train], **_split(arrays, calibrator.fit_arrays, train))
+        predicted = model._predict(scores[test], **_split(arrays, calibrator.predict_arrays, test, only_declared=True))
+        if out is None:
+            out = np.empty((scores.shape[0], *predicted.shape[1:]), dtype=np.float64)
+        out[test] = predicted
     return out
+
+
+def _split(arrays: dict[str, np.ndarray], specs: dict, rows: np.ndarray, only_declared: bool = False) -> dict[str, np.ndarray]:
+    """The arrays a fit or predict takes, row-aligned ones restricted to ``rows``."""
+    chosen = {}
+    for name, array in arrays.items():
+        spec = specs.get(name)
+        if spec is None:
+            if only_declared:
+                continue
+            raise KeyError(name)
+        chosen[name] = array[rows] if spec.rows else array
+    return chosen

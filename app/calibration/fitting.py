@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..metrics import brier, ece, log_loss
-from .base import Calibrator, n_classes_of, to_probability
+from .base import Calibrator, check_arrays, n_classes_of, to_probability
 from .crossfit import cross_val_predict
 from .registry import get_method
 
@@ -56,14 +56,20 @@ def raw_probabilities(scores: np.ndarray, input: str, calibrator: Calibrator) ->
     return shifted / shifted.sum(axis=1, keepdims=True)
 
 
-def holdout_fingerprint(scores: np.ndarray, labels: np.ndarray, sample_weight: np.ndarray | None) -> str:
-    """sha256 of the holdout as float64 scores, int64 labels and float64 weights (little-endian)."""
+def holdout_fingerprint(
+    scores: np.ndarray, labels: np.ndarray, sample_weight: np.ndarray | None, arrays: dict[str, np.ndarray] | None = None
+) -> str:
+    """sha256 of the holdout: float64 scores, int64 labels, float64 weights, then any
+    extra arrays by name (all little-endian, each preceded by its shape)."""
     digest = hashlib.sha256()
     digest.update(repr(scores.shape).encode())
     digest.update(np.ascontiguousarray(scores, dtype="<f8").tobytes())
     digest.update(np.ascontiguousarray(labels, dtype="<i8").tobytes())
     if sample_weight is not None:
         digest.update(np.ascontiguousarray(sample_weight, dtype="<f8").tobytes())
+    for name in sorted(arrays or {}):
+        digest.update(f"{name}{arrays[name].shape}".encode())
+        digest.update(np.ascontiguousarray(arrays[name], dtype="<f8").tobytes())
     return digest.hexdigest()
 
 
@@ -75,6 +81,7 @@ def fit_calibrator(
     labels: Any,
     sample_weight: Any = None,
     classes: list[Any] | None = None,
+    arrays: dict[str, Any] | None = None,
 ) -> FitResult:
     """Fit ``method`` on the holdout and summarise it with cross-fitted metrics.
 
@@ -83,11 +90,12 @@ def fit_calibrator(
     """
     calibrator = get_method(method).from_options(input, options)
     scores, labels, weights, names = calibrator.check_holdout_arrays(scores, labels, sample_weight, classes)
+    extras = check_arrays(arrays or {}, calibrator.fit_arrays, scores.shape[0])
     started = time.perf_counter()
-    calibrator._fit(scores, labels, weights)
+    calibrator._fit(scores, labels, weights, **extras)
     calibrator.n_classes_ = n_classes_of(scores, calibrator.tasks)
     fit_seconds = time.perf_counter() - started
-    out_of_fold = cross_val_predict(calibrator, scores, labels, weights, CROSS_FIT_SPLITS, CROSS_FIT_SEED)
+    out_of_fold = cross_val_predict(calibrator, scores, labels, weights, CROSS_FIT_SPLITS, CROSS_FIT_SEED, arrays=extras)
     summary = {
         "before": summary_metrics(raw_probabilities(scores, input, calibrator), labels, weights),
         "after": summary_metrics(out_of_fold, labels, weights),
@@ -98,7 +106,7 @@ def fit_calibrator(
         calibrator=calibrator,
         summary=summary,
         n_samples=int(scores.shape[0]),
-        holdout_sha256=holdout_fingerprint(scores, labels, None if sample_weight is None else weights),
+        holdout_sha256=holdout_fingerprint(scores, labels, None if sample_weight is None else weights, extras),
         fit_seconds=fit_seconds,
         classes=names,
     )

@@ -83,6 +83,26 @@ def _check_strength(value: Any, field: str) -> None:
         raise CalibrationInputError(field, "must be a finite number >= 0")
 
 
+def _curvature_moments(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per column j, the mean and variance of x_ij under the weights w_i p_ij (1 - p_ij)."""
+    k = x.shape[1]
+    total = np.zeros(k)
+    first = np.zeros(k)
+    second = np.zeros(k)
+    for block in row_blocks(x.shape[0], k):
+        xb = x[block]
+        r = softmax(xb)
+        r *= 1.0 - r
+        r *= w[block, None]
+        total += r.sum(axis=0)
+        r *= xb
+        first += r.sum(axis=0)
+        second += np.einsum("ij,ij->j", r, xb)
+    total = np.where(total > 0, total, 1.0)
+    m = first / total
+    return m, np.maximum(second / total - m * m, 0.0)
+
+
 class _LinearCalibrator(Calibrator):
     """softmax(W x + b) on logits or log-probabilities; subclasses fix the family."""
 
@@ -151,9 +171,11 @@ class _LinearCalibrator(Calibrator):
             )
         x = self._features(scores)
         w = weights / weights.sum()
-        # Centre and scale the features for the optimiser: x_j -> (x_j - m_j) / s_j.
-        m = w @ x
-        variance = np.maximum(np.einsum("i,ij,ij->j", w, x, x) - m * m, 0.0)
+        # Centre and scale the features for the optimiser, x_j -> (x_j - m_j) / s_j,
+        # with moments weighted by the curvature w_i p_ij (1 - p_ij) of the
+        # log-loss at the starting point (p = softmax(x)): the Hessian there is
+        # then roughly the identity in each class's (scale, bias) pair.
+        m, variance = _curvature_moments(x, w)
         if self.variant == "fixed_diagonal":
             variance = np.full(k, variance.mean())
         s = np.sqrt(variance)
@@ -187,7 +209,7 @@ class _LinearCalibrator(Calibrator):
                 elif self.variant == "diagonal":
                     grad_w += np.einsum("ij,ij->j", g, xb)
                 else:
-                    grad_w += np.vdot(g, xb)
+                    grad_w += np.einsum("ij,ij->", g, xb)
             penalty, pen_w, pen_b = self._penalty(wts, bias)
             grad_w += pen_w
             grad_b += pen_b

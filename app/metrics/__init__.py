@@ -11,16 +11,15 @@ class 1; or (n, K) rows), ``labels`` (0/1, or 0..K-1) and optional
 # app.calibration imports ece, brier and log_loss from here for its fit summaries;
 # nothing in this package imports app.calibration at import time (see inputs.input_error).
 from .binned import ace, bin_edges, ece
+from .bootstrap import bootstrap_ci
+from .debiased import debiased_l2_ce
+from .evaluate import DEFAULT_METRICS, METRICS, evaluate
+from .inputs import Prepared, prepare
+from .lp import lp_error
+from .reliability import reliability_diagram, wilson_interval
 from .scores import brier, brier_decomposition, log_loss
-
-from .bootstrap import bootstrap_ci  # noqa: E402
-from .debiased import debiased_l2_ce  # noqa: E402
-from .evaluate import DEFAULT_METRICS, METRICS, evaluate  # noqa: E402
-from .inputs import Prepared, prepare  # noqa: E402
-from .lp import lp_error  # noqa: E402
-from .reliability import reliability_diagram, wilson_interval  # noqa: E402
-from .smooth import smooth_ece  # noqa: E402
-from .unbinned import interval_calibration, ks_error, spiegelhalter  # noqa: E402
+from .smooth import smooth_ece
+from .unbinned import interval_calibration, ks_error, spiegelhalter
 
 __all__ = [
     "DEFAULT_METRICS",

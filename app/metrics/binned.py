@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from .inputs import input_error, Prepared, binary_problems, prepare, resolve_target
+from .inputs import Prepared, binary_problems, input_error, prepare, resolve_target
 
 BINNINGS = ("uniform", "quantile")
 NORMS = ("l1", "l2", "max")

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .inputs import input_error, Prepared, prepare
+from .inputs import Prepared, input_error, prepare
 
 DEFAULT_RESAMPLES = 1000
 MAX_RESAMPLES = 100_000

@@ -41,15 +41,39 @@ from typing import Any
 
 import numpy as np
 
-from .binned import BINNINGS, DEFAULT_N_BINS, NORMS, ace_prepared, check_choice, check_n_bins, ece_prepared
-from .bootstrap import DEFAULT_RESAMPLES, check_bootstrap, has_weight, percentile_interval, resample_indices
+from .binned import (
+    BINNINGS,
+    DEFAULT_N_BINS,
+    NORMS,
+    ace_prepared,
+    check_choice,
+    check_n_bins,
+    ece_prepared,
+)
+from .bootstrap import (
+    DEFAULT_RESAMPLES,
+    check_bootstrap,
+    has_weight,
+    percentile_interval,
+    resample_indices,
+)
 from .debiased import debiased_prepared
-from .inputs import input_error, Prepared, prepare, resolve_target
+from .inputs import Prepared, input_error, prepare, resolve_target
 from .lp import DEFAULT_LAMBDA, check_lambda, lp_cells, lp_from_cells
 from .reliability import DEFAULT_LEVEL, reliability_prepared
-from .scores import LOG_LOSS_EPS, brier_decomposition_prepared, brier_prepared, log_loss_prepared
+from .scores import (
+    LOG_LOSS_EPS,
+    brier_decomposition_prepared,
+    brier_prepared,
+    log_loss_prepared,
+)
 from .smooth import smooth_ece_prepared
-from .unbinned import interval_from_sums, ks_from_sums, problem_sums, spiegelhalter_prepared
+from .unbinned import (
+    interval_from_sums,
+    ks_from_sums,
+    problem_sums,
+    spiegelhalter_prepared,
+)
 
 BIN_CONVENTION = "left-closed [e_k, e_{k+1}), last bin closed (1.0 in the last bin)"
 OPTION_KEYS = ("n_bins", "binning", "norm", "target", "lambda", "bootstrap")

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from .inputs import input_error, Prepared, prepare
+from .inputs import Prepared, input_error, prepare
 
 DEFAULT_LAMBDA = 10
 MAX_LAMBDA = 1_000_000

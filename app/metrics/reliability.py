@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 from scipy.special import ndtri
 
-from .binned import DEFAULT_N_BINS, BINNINGS, bin_index, check_choice, check_n_bins
-from .inputs import input_error, Prepared, binary_problems, prepare, resolve_target
+from .binned import BINNINGS, DEFAULT_N_BINS, bin_index, check_choice, check_n_bins
+from .inputs import Prepared, binary_problems, input_error, prepare, resolve_target
 
 DEFAULT_LEVEL = 0.95
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .binned import DEFAULT_N_BINS, BINNINGS, bin_index, check_choice, check_n_bins
+from .binned import BINNINGS, DEFAULT_N_BINS, bin_index, check_choice, check_n_bins
 from .inputs import Prepared, prepare
 
 # Probabilities are clipped to [LOG_LOSS_EPS, 1 - LOG_LOSS_EPS] so that a

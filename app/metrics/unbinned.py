@@ -43,7 +43,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import erfc
 
-from .inputs import input_error, Prepared, binary_problems, prepare, resolve_target
+from .inputs import Prepared, binary_problems, input_error, prepare, resolve_target
 
 _EPS = np.finfo(np.float64).eps
 

@@ -33,11 +33,11 @@ MAX_ID_LENGTH = 128
 async def calibrate(request: Request) -> Response:
     require_json(request.headers)
     data = parse_json_object(await request.body())
-    name, version, scores, ids = _envelope(data)
+    name, version, scores, ids, arrays = _envelope(data)
     app = services(request)
     loaded = app.store.get(name, version) or await run_in_threadpool(app.store.load, name, version)
     try:
-        probabilities, extras = loaded.calibrator.predict_details(scores)
+        probabilities, extras = loaded.calibrator.predict_details(scores, **arrays)
     except CalibrationInputError as error:
         raise input_error(error, ()) from None
     if ids is not None:
@@ -49,11 +49,13 @@ async def calibrate(request: Request) -> Response:
     return json_response({"calibrator": name, "version": loaded.version, "probabilities": probabilities, **extras})
 
 
-def _envelope(data: dict) -> tuple[str, int | None, object, list[str] | None]:
-    """Check the request's fields by hand: cheaper than a pydantic model per request."""
-    unknown = data.keys() - _FIELDS
-    if unknown:
-        raise Problem.invalid(f"/{sorted(unknown)[0]}", "unknown field")
+def _envelope(data: dict) -> tuple[str, int | None, object, list[str] | None, dict]:
+    """Check the request's fields by hand: cheaper than a pydantic model per request.
+
+    Fields beyond the standard ones are a method's extra arrays (``features``);
+    the calibrator rejects names it does not take.
+    """
+    arrays = {key: data[key] for key in data.keys() - _FIELDS}
     name = data.get("calibrator")
     if not isinstance(name, str):
         raise Problem.invalid("/calibrator", "required: the calibrator's name, a string")
@@ -69,4 +71,4 @@ def _envelope(data: dict) -> tuple[str, int | None, object, list[str] | None]:
         for position, value in enumerate(ids):
             if not isinstance(value, str) or not 0 < len(value) <= MAX_ID_LENGTH:
                 raise Problem.invalid(f"/ids/{position}", f"ids are non-empty strings of at most {MAX_ID_LENGTH} characters")
-    return name, version, data["scores"], ids
+    return name, version, data["scores"], ids, arrays

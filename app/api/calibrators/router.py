@@ -87,7 +87,8 @@ async def create_calibrator(request: Request) -> Response:
         to_problem = csv_input_error
     elif kind in ("application/json", "") or kind.endswith("+json"):
         fit = validate(FitRequest, parse_json_object(await request.body()))
-        holdout = {key: getattr(fit.holdout, key) for key in ("scores", "labels", "sample_weight")}
+        holdout = {key: getattr(fit.holdout, key) for key in ("scores", "labels", "sample_weight", "classes")}
+        holdout |= fit.holdout.model_extra or {}
 
         def to_problem(error: CalibrationInputError) -> Problem:
             return input_error(error, ("holdout",))
@@ -95,10 +96,14 @@ async def create_calibrator(request: Request) -> Response:
         raise Problem(415, f"send application/json or multipart/form-data, not {kind}")
 
     started = time.perf_counter()
+    scores, labels, sample_weight, classes = (
+        holdout.pop(key, None) for key in ("scores", "labels", "sample_weight", "classes")
+    )
     try:
         result = await run_in_threadpool(
-            fit_calibrator, fit.method, fit.input, fit.options,
-            holdout["scores"], holdout["labels"], holdout["sample_weight"],
+            lambda: fit_calibrator(
+                fit.method, fit.input, fit.options, scores, labels, sample_weight, classes=classes, arrays=holdout
+            )
         )
     except CalibrationInputError as error:
         raise to_problem(error) from None

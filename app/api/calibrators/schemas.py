@@ -21,11 +21,30 @@ Input = Literal["probability", "logit"]
 
 
 class Holdout(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """The labelled holdout. Methods that need more than scores (``features``,
+    ``X``, ...) take their extra arrays here too, under their own names."""
 
-    scores: Numbers
-    labels: Labels
+    model_config = ConfigDict(extra="allow")
+
+    scores: Annotated[
+        list[Any],
+        WithJsonSchema(
+            {
+                "type": "array",
+                "minItems": 1,
+                "items": {"oneOf": [{"type": "number"}, {"type": "array", "items": {"type": "number"}}]},
+                "description": "binary: one score per row; multiclass: rows of K scores",
+            }
+        ),
+    ]
+    labels: Annotated[
+        list[Any],
+        WithJsonSchema({"type": "array", "minItems": 1, "items": {"type": ["integer", "string"]}}),
+    ]
     sample_weight: Numbers | None = None
+    classes: list[Any] | None = Field(
+        default=None, description="class names in score-column order, when labels are strings (default: sorted)"
+    )
 
 
 class FitRequest(BaseModel):
@@ -49,7 +68,10 @@ class FitUpload(BaseModel):
     promote: bool = True
     file: bytes = Field(
         json_schema_extra={"format": "binary"},
-        description="CSV with a header row: label, score (or score_0..score_{K-1}), optionally weight",
+        description=(
+            "CSV with a header row: label, score (or score_0..score_{K-1}), optionally weight; "
+            "or an .npz archive whose keys use the JSON names (scores, labels, sample_weight, extra arrays)"
+        ),
     )
 
 

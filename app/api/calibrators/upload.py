@@ -1,7 +1,10 @@
-"""The CSV form of a fit: multipart/form-data with the fit's fields and a file.
+"""The upload form of a fit: multipart/form-data with the fit's fields and a file.
 
-The file has a header row naming its columns: ``label``, then ``score`` (or
-``score_0`` ... ``score_{K-1}``), and optionally ``weight``.
+The file is either a CSV with a header row naming its columns (``label``, then
+``score`` or ``score_0`` ... ``score_{K-1}``, optionally ``weight``), or an
+``.npz`` archive whose keys use the JSON names (``scores``, ``labels``,
+``sample_weight``, ``classes``, and a method's extra arrays). Archives are read
+with ``allow_pickle=False``: an upload can never run code.
 """
 
 from __future__ import annotations
@@ -71,6 +74,22 @@ def parse_csv(content: bytes) -> dict[str, Any]:
     }
 
 
+def parse_npz(content: bytes) -> dict[str, Any]:
+    """Arrays of an .npz holdout, by their JSON names."""
+    try:
+        with np.load(io.BytesIO(content), allow_pickle=False) as archive:
+            arrays = {key: archive[key] for key in archive.files}
+    except (ValueError, OSError) as error:
+        raise Problem.invalid("/file", f"not a readable .npz archive without pickled objects: {error}") from None
+    for required in ("scores", "labels"):
+        if required not in arrays:
+            raise Problem.invalid("/file", f"the archive has no {required!r} array")
+    if "classes" in arrays:
+        arrays["classes"] = arrays["classes"].tolist()
+    arrays.setdefault("sample_weight", None)
+    return arrays
+
+
 async def read_upload(request: Request) -> tuple[FitRequest, dict[str, Any]]:
     """The fit request and holdout arrays of a multipart CSV upload."""
     async with request.form(max_files=1, max_fields=16) as form:
@@ -83,7 +102,7 @@ async def read_upload(request: Request) -> tuple[FitRequest, dict[str, Any]]:
     unknown = set(fields) - {"name", "method", "input", "promote"}
     if unknown:
         raise Problem.invalid(f"/{sorted(unknown)[0]}", "unknown field")
-    holdout = parse_csv(content)
+    holdout = parse_npz(content) if content[:4] == b"PK\x03\x04" else parse_csv(content)
     envelope = {**fields, "options": options, "holdout": {"scores": [0], "labels": [0]}}
     request_model = validate(FitRequest, envelope)
     return request_model, holdout
@@ -93,7 +112,10 @@ def csv_input_error(error: CalibrationInputError) -> Problem:
     """Locate a core validation error in the uploaded file (the header is line 1)."""
     column = {"scores": "score", "labels": "label", "sample_weight": "weight"}.get(error.field)
     if column is None:
-        return Problem.invalid("/" + error.field.replace(".", "/"), error.detail)
+        where = error.field.replace(".", "/") + "".join(f"/{i}" for i in error.index or ())
+        if "." not in error.field and error.field not in ("input", "method", "classes"):
+            where = f"file/{where}"  # an extra array of an .npz upload
+        return Problem.invalid("/" + where, error.detail)
     where = f"line {error.index[0] + 2}, column {column}" if error.index else f"column {column}"
     return Problem.invalid("/file", f"{where}: {error.detail}")
 
