@@ -82,9 +82,8 @@ class AutoCalibrator(Calibrator):
     def _predict(self, scores: np.ndarray) -> np.ndarray:
         return self.calibrator_._predict(scores)
 
-    def predict_details(self, scores: Any, **arrays: Any):
-        self._check_fitted()
-        return self.calibrator_.predict_details(scores, **arrays)
+    def _predict_details(self, scores: np.ndarray, **arrays: Any):
+        return self.calibrator_._predict_details(scores, **arrays)
 
     def fit_info(self) -> dict:
         return {

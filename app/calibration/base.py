@@ -298,8 +298,7 @@ class Calibrator:
 
     def predict(self, scores: Any, **arrays: Any) -> np.ndarray:
         """Calibrated probabilities: of class 1, shape (n,), for binary scores; rows (n, K) otherwise."""
-        scores = self.check_predict_scores(scores)
-        return self._predict(scores, **check_arrays(arrays, self.predict_arrays, scores.shape[0]))
+        return self.predict_details(scores, **arrays)[0]
 
     def predict_proba(self, scores: Any, **arrays: Any) -> np.ndarray:
         """Calibrated probabilities of every class, shape ``(n, K)`` (binary: ``(n, 2)``)."""
@@ -307,8 +306,19 @@ class Calibrator:
         return p if p.ndim == 2 else np.column_stack([1.0 - p, p])
 
     def predict_details(self, scores: Any, **arrays: Any) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """``predict`` plus any per-row extras the method reports (``intervals``, ...)."""
-        return self.predict(scores, **arrays), {}
+        """``predict`` plus any per-row extras the method reports (``intervals``, ``accepted``)."""
+        scores = self.check_predict_scores(scores)
+        return self._predict_details(scores, **check_arrays(arrays, self.predict_arrays, scores.shape[0]))
+
+    def _predict_details(self, scores: np.ndarray, **arrays: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Validated inputs in, (probabilities, extras) out; methods with extras override this."""
+        return self._predict(scores, **arrays), {}
+
+    def cross_fit_summary(
+        self, out_of_fold: np.ndarray, extras: dict[str, np.ndarray], labels: np.ndarray, weights: np.ndarray
+    ) -> dict[str, Any]:
+        """Method-specific summary items from the out-of-fold predictions and extras (default none)."""
+        return {}
 
     def _fit(self, scores: np.ndarray, labels: np.ndarray, weights: np.ndarray, **arrays: np.ndarray) -> None:
         raise NotImplementedError

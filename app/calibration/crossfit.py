@@ -43,7 +43,21 @@ def cross_val_predict(
     folds: np.ndarray | None = None,
     arrays: dict[str, np.ndarray] | None = None,
 ) -> np.ndarray:
-    """Out-of-fold calibrated probabilities of class 1 for validated arrays.
+    """Out-of-fold calibrated probabilities; see ``cross_val_predict_details``."""
+    return cross_val_predict_details(calibrator, scores, labels, weights, n_splits, seed, folds, arrays)[0]
+
+
+def cross_val_predict_details(
+    calibrator: Calibrator,
+    scores: np.ndarray,
+    labels: np.ndarray,
+    weights: np.ndarray,
+    n_splits: int = 5,
+    seed: int = 0,
+    folds: np.ndarray | None = None,
+    arrays: dict[str, np.ndarray] | None = None,
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Out-of-fold calibrated probabilities, and per-row extras, for validated arrays.
 
     Each fold is predicted by a fresh clone fitted on the other folds. With
     stratified folds and at least two rows of each class, every training part
@@ -54,6 +68,7 @@ def cross_val_predict(
     if folds is None:
         folds = stratified_folds(labels, n_splits, seed)
     out = None
+    extras: dict[str, np.ndarray] = {}
     for fold in range(n_splits):
         test = folds == fold
         if not test.any():
@@ -61,11 +76,17 @@ def cross_val_predict(
         train = ~test
         model = clone(calibrator)
         model._fit(scores[train], labels[train], weights[train], **_split(arrays, calibrator.fit_arrays, train))
-        predicted = model._predict(scores[test], **_split(arrays, calibrator.predict_arrays, test, only_declared=True))
+        predicted, details = model._predict_details(
+            scores[test], **_split(arrays, calibrator.predict_arrays, test, only_declared=True)
+        )
         if out is None:
             out = np.empty((scores.shape[0], *predicted.shape[1:]), dtype=np.float64)
         out[test] = predicted
-    return out
+        for key, value in details.items():
+            if key not in extras:
+                extras[key] = np.empty((scores.shape[0], *value.shape[1:]), dtype=value.dtype)
+            extras[key][test] = value
+    return out, extras
 
 
 def _split(arrays: dict[str, np.ndarray], specs: dict, rows: np.ndarray, only_declared: bool = False) -> dict[str, np.ndarray]:

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..metrics import brier, ece, log_loss
 from .base import Calibrator, check_arrays, n_classes_of, to_probability
-from .crossfit import cross_val_predict
+from .crossfit import cross_val_predict_details
 from .registry import get_method
 
 CROSS_FIT_SPLITS = 5
@@ -47,9 +47,12 @@ def summary_metrics(probabilities: np.ndarray, labels: np.ndarray, weights: np.n
 
 
 def raw_probabilities(scores: np.ndarray, input: str, calibrator: Calibrator) -> np.ndarray:
-    """What the scores say before calibration, as probabilities (softmax of logit rows)."""
-    if scores.ndim == 1 or "multiclass" not in calibrator.tasks:
+    """What the scores say before calibration, as probabilities: the softmax of logit
+    rows (multiclass), the average of the M classifiers' probabilities (multivariate)."""
+    if scores.ndim == 1:
         return to_probability(scores, input)
+    if "multivariate" in calibrator.tasks:
+        return to_probability(scores, input).mean(axis=1)
     if input == "probability":
         return scores
     shifted = np.exp(scores - scores.max(axis=1, keepdims=True))
@@ -95,12 +98,15 @@ def fit_calibrator(
     calibrator._fit(scores, labels, weights, **extras)
     calibrator.n_classes_ = n_classes_of(scores, calibrator.tasks)
     fit_seconds = time.perf_counter() - started
-    out_of_fold = cross_val_predict(calibrator, scores, labels, weights, CROSS_FIT_SPLITS, CROSS_FIT_SEED, arrays=extras)
+    out_of_fold, out_of_fold_extras = cross_val_predict_details(
+        calibrator, scores, labels, weights, CROSS_FIT_SPLITS, CROSS_FIT_SEED, arrays=extras
+    )
     summary = {
         "before": summary_metrics(raw_probabilities(scores, input, calibrator), labels, weights),
         "after": summary_metrics(out_of_fold, labels, weights),
         "cross_fit": {"n_splits": CROSS_FIT_SPLITS, "seed": CROSS_FIT_SEED},
         "fit": calibrator.fit_info(),
+        **calibrator.cross_fit_summary(out_of_fold, out_of_fold_extras, labels, weights),
     }
     return FitResult(
         calibrator=calibrator,

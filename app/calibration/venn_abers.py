@@ -153,8 +153,8 @@ class VennAbersCalibrator(Calibrator):
     def _predict(self, scores: np.ndarray) -> np.ndarray:
         return self._merge(*self._intervals(scores))
 
-    def predict_details(self, scores: Any, **arrays: Any) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        p0, p1 = self._intervals(self.check_predict_scores(scores))
+    def _predict_details(self, scores: np.ndarray, **arrays: Any) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        p0, p1 = self._intervals(scores)
         return self._merge(p0, p1), {"intervals": np.column_stack([p0, p1])}
 
     def fit_info(self) -> dict[str, Any]:

@@ -81,6 +81,10 @@ def parse_npz(content: bytes) -> dict[str, Any]:
             arrays = {key: archive[key] for key in archive.files}
     except (ValueError, OSError) as error:
         raise Problem.invalid("/file", f"not a readable .npz archive without pickled objects: {error}") from None
+    # The angular method's archives name its holdout u_holdout and y_holdout.
+    for alias, name in (("u_holdout", "scores"), ("y_holdout", "labels")):
+        if alias in arrays and name not in arrays:
+            arrays[name] = arrays.pop(alias)
     for required in ("scores", "labels"):
         if required not in arrays:
             raise Problem.invalid("/file", f"the archive has no {required!r} array")
