@@ -28,6 +28,11 @@ class Settings(BaseSettings):
     feedback_retention: timedelta = timedelta(days=30)
     #: Logged predictions waiting to be written; beyond this they are dropped and counted.
     prediction_log_queue: int = Field(default=200_000, gt=0)
+    #: A key registered with the admin scope at start (the compose stack's first key).
+    bootstrap_admin_key: str | None = None
+    #: Require a key with the read scope for /metrics (open by default, as Prometheus expects).
+    metrics_require_key: bool = False
+
     #: False-alarm probability of each version's drift test, over its whole life.
     monitor_alpha: float = Field(default=0.05, gt=0, lt=1)
     #: Calibration error the drift test tolerates, as a logit shift of the true probability.

@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
 from . import __version__
-from .api import calibrate, calibrators, evaluate, feedback, health, observability, problems
+from .api import calibrate, calibrators, evaluate, feedback, health, keys, observability, problems
 from .api.bodies import BodySizeLimit
 from .api.observability import PREDICTION_LOG_DROPPED, RequestMetrics, make_registry
 from .api.state import Services
@@ -18,6 +18,7 @@ from .config import Settings, get_settings
 from .storage import feedback as feedback_store
 from .storage.cache import CalibratorStore
 from .storage.db import make_engine, make_sessionmaker
+from .storage.keys import KeyRing, ensure_key
 from .storage.models import utcnow
 from .storage.prediction_log import PredictionLog
 
@@ -53,6 +54,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         prediction_log = PredictionLog(
             sessions, settings.prediction_log_queue, lambda name, n: PREDICTION_LOG_DROPPED.labels(name).inc(n)
         )
+        keyring = KeyRing(sessions)
+        if settings.bootstrap_admin_key:
+            await run_in_threadpool(ensure_key, sessions, settings.bootstrap_admin_key, ["admin"], "bootstrap admin key")
+        await run_in_threadpool(keyring.refresh)
         app.state.services = Services(
             settings=settings,
             engine=engine,
@@ -60,6 +65,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             store=store,
             prediction_log=prediction_log,
             metrics_registry=make_registry(sessions),
+            keyring=keyring,
         )
 
         def purge() -> None:
@@ -67,6 +73,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
         tasks = [
             asyncio.create_task(_every(settings.version_poll_seconds, store.refresh, "registry poll")),
+            asyncio.create_task(_every(settings.version_poll_seconds, keyring.refresh, "key refresh")),
             asyncio.create_task(_flush_prediction_log(prediction_log, 0.2)),
             asyncio.create_task(_every(600, purge, "retention purge")),
         ]
@@ -85,7 +92,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     problems.install(app)
-    for module in (calibrators, calibrate, feedback, evaluate, health, observability):
+    for module in (calibrators, calibrate, feedback, evaluate, keys, health, observability):
         app.include_router(module.router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics)

@@ -66,7 +66,7 @@ def offset_for_rate(rate: float, mu: float, slope: float = 1.0) -> float:
 class Scenario:
     name: str
     true_logit: Callable[[np.ndarray], np.ndarray]  # eta from z after the change
-    change: int  # first drifted batch, 0-based; None: no drift
+    change: int | None  # first drifted batch, 0-based; None: no drift
     null_at: tuple[float, ...] = ()  # tolerances under which this scenario is in the null
     alarm_batches: dict = field(default_factory=dict)  # tolerance -> (streams,) 1-based, 0 = none
     ece: np.ndarray | None = None  # (streams, batches) naive monitor's statistic
@@ -151,7 +151,7 @@ def summarise(alarm_batch: np.ndarray, change: int | None, in_null: bool) -> dic
         before=float(before.mean()),
         detected=float(after.mean()),
         median=float(np.median(delay)) if delay.size else None,
-        p90=float(np.quantile(delay, 0.9)) if delay.size else None,
+        p90=float(np.quantile(delay, 0.9, method="inverted_cdf")) if delay.size else None,
     )
     return out
 

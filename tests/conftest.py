@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -34,11 +35,11 @@ def _postgres_schema_url(schema: str) -> str:
     return f"{POSTGRES_URL}{separator}options=-csearch_path%3D{schema}"
 
 
-@pytest.fixture(scope="session", params=["sqlite", "postgresql"])
-def database_url(request, tmp_path_factory) -> Iterator[str]:
-    """A migrated database of each backend, shared by the session's tests."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path_factory.mktemp('db') / 'calibd.db'}"
+@contextmanager
+def migrated_database(kind: str, folder: Path) -> Iterator[str]:
+    """A new database of ``kind`` migrated to head; PostgreSQL ones are a schema of their own."""
+    if kind == "sqlite":
+        url = f"sqlite:///{folder / f'calibd-{uuid.uuid4().hex[:8]}.db'}"
         engine = make_engine(url)
         migrate.upgrade(engine)
         engine.dispose()
@@ -66,6 +67,20 @@ def database_url(request, tmp_path_factory) -> Iterator[str]:
         with admin.connect() as connection:
             connection.execute(text(f"DROP SCHEMA {schema} CASCADE"))
         admin.dispose()
+
+
+@pytest.fixture(scope="session", params=["sqlite", "postgresql"])
+def database_url(request, tmp_path_factory) -> Iterator[str]:
+    """A migrated database of each backend, shared by the session's tests."""
+    with migrated_database(request.param, tmp_path_factory.mktemp("db")) as url:
+        yield url
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def isolated_database_url(request, tmp_path_factory) -> Iterator[str]:
+    """A database of each backend for one test module alone (e.g. one with API keys, which turn auth on)."""
+    with migrated_database(request.param, tmp_path_factory.mktemp("isolated")) as url:
+        yield url
 
 
 def free_port() -> int:

@@ -24,6 +24,7 @@ from ..monitoring.windows import WINDOWS, window_metrics
 from ..storage import feedback as feedback_store
 from ..storage import repository
 from ..storage.repository import Sessions
+from .auth import REQUIRE_READ, bearer
 from .state import services
 
 CALIBRATE_REQUESTS = Counter("calibd_calibrate_requests_total", "Calibrate requests served", ["calibrator"])
@@ -118,9 +119,12 @@ class _DefaultCollectors:
 router = APIRouter(tags=["observability"])
 
 
-@router.get("/metrics", summary="Prometheus exposition", response_class=Response)
+@router.get("/metrics", summary="Prometheus exposition (open unless CALIBD_METRICS_REQUIRE_KEY)", response_class=Response)
 async def metrics(request: Request) -> Response:
-    registry = services(request).metrics_registry
+    app = services(request)
+    if app.settings.metrics_require_key:
+        await REQUIRE_READ.dependency(request, await bearer(request))
+    registry = app.metrics_registry
     return Response(await run_in_threadpool(generate_latest, registry), media_type=CONTENT_TYPE_LATEST)
 
 

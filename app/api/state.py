@@ -10,6 +10,7 @@ from sqlalchemy import Engine
 
 from ..config import Settings
 from ..storage.cache import CalibratorStore
+from ..storage.keys import KeyRing
 from ..storage.prediction_log import PredictionLog
 from ..storage.repository import Sessions
 
@@ -22,6 +23,7 @@ class Services:
     store: CalibratorStore
     prediction_log: PredictionLog
     metrics_registry: CollectorRegistry
+    keyring: KeyRing
 
 
 def services(request: Request) -> Services:

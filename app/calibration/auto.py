@@ -44,6 +44,11 @@ class AutoCalibrator(Calibrator):
         self.seed = seed
 
     @property
+    def monotone(self) -> bool:  # type: ignore[override]
+        """Monotone exactly when the chosen method is."""
+        return hasattr(self, "calibrator_") and self.calibrator_.monotone
+
+    @property
     def min_samples(self) -> int:  # type: ignore[override]
         return max(10, 2 * self.n_splits)
 

@@ -66,7 +66,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ._multiclass import as_logits, log_loss_residual, log_softmax, minimize_lbfgs, row_blocks, softmax
+from ._multiclass import (
+    as_logits,
+    fit_inverse_temperature,
+    log_loss_residual,
+    log_softmax,
+    minimize_lbfgs,
+    row_blocks,
+    softmax,
+)
 from .base import Calibrator, CalibrationInputError
 
 #: The largest K the full K x K variants accept.
@@ -83,24 +91,26 @@ def _check_strength(value: Any, field: str) -> None:
         raise CalibrationInputError(field, "must be a finite number >= 0")
 
 
-def _curvature_moments(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per column j, the mean and variance of x_ij under the weights w_i p_ij (1 - p_ij)."""
+def _curvature_moments(x: np.ndarray, w: np.ndarray, beta: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per column j: the total curvature R_j = sum_i w_i p_ij (1 - p_ij) of the
+    log-loss at p = softmax(beta x), and the mean and variance of x_ij under
+    the weights w_i p_ij (1 - p_ij)."""
     k = x.shape[1]
     total = np.zeros(k)
     first = np.zeros(k)
     second = np.zeros(k)
     for block in row_blocks(x.shape[0], k):
         xb = x[block]
-        r = softmax(xb)
+        r = softmax(beta * xb)
         r *= 1.0 - r
         r *= w[block, None]
         total += r.sum(axis=0)
         r *= xb
         first += r.sum(axis=0)
         second += np.einsum("ij,ij->j", r, xb)
-    total = np.where(total > 0, total, 1.0)
-    m = first / total
-    return m, np.maximum(second / total - m * m, 0.0)
+    safe = np.where(total > 0, total, 1.0)
+    m = first / safe
+    return total, m, np.maximum(second / safe - m * m, 0.0)
 
 
 class _LinearCalibrator(Calibrator):
@@ -144,8 +154,35 @@ class _LinearCalibrator(Calibrator):
         eta += bias
         return eta
 
+    def _canonical(self, weights: np.ndarray, bias: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The equivalent (W, b) with the smallest penalty.
+
+        softmax(W x + b) does not change when a constant c is added to every
+        b_k, nor (full W) when a vector v is added to every row of W. Along
+        those directions the log-loss is flat; the canonical point is where
+        the penalty is smallest: b centred, and for full W each column
+        shifted so that its penalised entries (ODIR: off-diagonal; L2: all)
+        have mean 0.
+        """
+        bias = bias - bias.mean()
+        if self.variant == "full":
+            k = bias.shape[0]
+            if self.regularization == "odir":
+                shift = (weights.sum(axis=0) - np.diag(weights)) / (k - 1)
+            else:
+                shift = weights.mean(axis=0)
+            weights = weights - shift[None, :]
+        return weights, bias
+
     def _penalty(self, weights: np.ndarray, bias: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
-        """The penalty and its gradients in W (the free weights) and b."""
+        """The penalty at the canonical point of (W, b), and its gradients in W (the free weights) and b.
+
+        Penalising the canonical point makes the objective exactly flat along
+        the directions that do not change the output, so the optimiser never
+        spends iterations on them; by the envelope theorem the gradient is
+        the penalty's gradient at the canonical point.
+        """
+        weights, bias = self._canonical(weights, bias)
         k = bias.shape[0]
         lam, mu = float(self.reg_lambda), float(self.reg_mu)
         value = mu / k * float(bias @ bias)
@@ -171,27 +208,46 @@ class _LinearCalibrator(Calibrator):
             )
         x = self._features(scores)
         w = weights / weights.sum()
-        # Centre and scale the features for the optimiser, x_j -> (x_j - m_j) / s_j,
-        # with moments weighted by the curvature w_i p_ij (1 - p_ij) of the
-        # log-loss at the starting point (p = softmax(x)): the Hessian there is
-        # then roughly the identity in each class's (scale, bias) pair.
-        m, variance = _curvature_moments(x, w)
-        if self.variant == "fixed_diagonal":
-            variance = np.full(k, variance.mean())
+        # Start at W = I / T, b = 0: the identity followed by temperature
+        # scaling (T fitted first, a few passes), a point of every variant
+        # at least as good as the identity itself.
+        beta, _ = fit_inverse_temperature(x, labels, w)
+        # Precondition by a change of variables fitted at that start. With
+        # curvature weights r_ij = w_i p_ij (1 - p_ij), R_k = sum_i r_ik, and
+        # m_j, s_j the r-weighted mean and standard deviation of feature j,
+        #   W_kj = U_kj / (q_k s_j),  b_k = c_k / q_k - sum_j W_kj m_j,  q_k = sqrt(R_k),
+        # (fixed diagonal: a = u / S, S^2 = sum_k R_k s_k^2): the diagonal of the
+        # log-loss Hessian in (U, c) is then about 1 and each class's scale and
+        # bias are decorrelated, so L-BFGS needs far fewer iterations. The map
+        # from (U, c) to (W, b) is exact; only the optimiser sees (U, c).
+        curvature, m, variance = _curvature_moments(x, w, beta)
+        q = np.sqrt(curvature)
+        q = np.where(q > 1e-8, q, 1e-8)
         s = np.sqrt(variance)
         s = np.where(s > 1e-6 * (1.0 + np.abs(m)), s, 1.0)
-        n_weights = {"full": k * k, "diagonal": k, "fixed_diagonal": 1}[self.variant]
+        if self.variant == "full":
+            scale = q[:, None] * s[None, :]
+            u0 = (np.diag(np.diag(scale)) * beta).ravel()
+        elif self.variant == "diagonal":
+            scale = q * s
+            u0 = scale * beta
+        else:
+            scale = np.array([np.sqrt(float(curvature @ variance))])
+            scale = np.where(scale > 0, scale, 1.0)
+            u0 = scale * beta
+        c0 = q * m * beta
+        n_weights = u0.shape[0]
         blocks = row_blocks(n, k)
         buffer = np.empty((blocks[0].stop - blocks[0].start, k))
 
         def natural(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            """(W, b) from the optimiser's (U, c): W = U / s columnwise, b = c - W m."""
+            """(W, b) from the optimiser's (U, c)."""
             u, c = theta[:n_weights], theta[n_weights:]
             if self.variant == "full":
-                wts = u.reshape(k, k) / s
-                return wts, c - wts @ m
-            wts = u / s[: u.shape[0]]
-            return wts, c - (wts * m if self.variant == "diagonal" else wts[0] * m)
+                wts = u.reshape(k, k) / scale
+                return wts, c / q - wts @ m
+            wts = u / scale
+            return wts, c / q - (wts * m if self.variant == "diagonal" else wts[0] * m)
 
         def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
             wts, bias = natural(theta)
@@ -213,21 +269,23 @@ class _LinearCalibrator(Calibrator):
             penalty, pen_w, pen_b = self._penalty(wts, bias)
             grad_w += pen_w
             grad_b += pen_b
-            # Chain rule through W = U / s, b = c - W m.
+            # Chain rule through the change of variables.
             if self.variant == "full":
-                grad_u = (grad_w - np.outer(grad_b, m)) / s
+                grad_u = (grad_w - np.outer(grad_b, m)) / scale
             elif self.variant == "diagonal":
-                grad_u = (grad_w - grad_b * m) / s
+                grad_u = (grad_w - grad_b * m) / scale
             else:
-                grad_u = (grad_w - grad_b @ m) / s[:1]
-            return loss + penalty, np.concatenate([grad_u.ravel(), grad_b])
+                grad_u = (grad_w - grad_b @ m) / scale
+            return loss + penalty, np.concatenate([grad_u.ravel(), grad_b / q])
 
-        if self.variant == "full":
-            u0 = np.diag(s).ravel()
-        else:
-            u0 = s[:n_weights].copy()
-        theta, self.optimizer_ = minimize_lbfgs(objective, np.concatenate([u0, m]), self.max_iter)
-        self.weights_, self.bias_ = natural(theta)
+        # In these coordinates a parameter's standard error is about
+        # 1 / sqrt(n_eff); stop when the gradient (about the distance to the
+        # optimum) is a thousandth of that.
+        n_eff = 1.0 / float(np.einsum("i,i->", w, w))
+        gtol = 1e-3 / np.sqrt(n_eff)
+        theta, self.optimizer_ = minimize_lbfgs(objective, np.concatenate([u0, c0]), self.max_iter, gtol)
+        self.optimizer_["start_temperature"] = 1.0 / beta
+        self.weights_, self.bias_ = self._canonical(*natural(theta))
 
     def _predict(self, scores: np.ndarray) -> np.ndarray:
         weights = np.asarray(self.weights_, dtype=np.float64)

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from .angular import AngularCalibrator
 from .auto import AutoCalibrator
 from .base import Calibrator, CalibrationInputError
 from .beta import BetaCalibrator
 from .histogram import HistogramCalibrator
 from .isotonic import IsotonicCalibrator
+from .linear import DirichletCalibrator, MatrixScalingCalibrator, VectorScalingCalibrator
+from .one_vs_rest import OneVsRestIsotonicCalibrator, OneVsRestPlattCalibrator
 from .platt import PlattCalibrator
 from .scaling_binning import ScalingBinningCalibrator
+from .selective import SelectiveCalibrator
 from .temperature import TemperatureCalibrator
+from .top_label_histogram import TopLabelHistogramCalibrator
 from .venn_abers import VennAbersCalibrator
 
 METHODS: dict[str, type[Calibrator]] = {
@@ -24,6 +29,14 @@ METHODS: dict[str, type[Calibrator]] = {
         VennAbersCalibrator,
         HistogramCalibrator,
         ScalingBinningCalibrator,
+        VectorScalingCalibrator,
+        MatrixScalingCalibrator,
+        DirichletCalibrator,
+        OneVsRestIsotonicCalibrator,
+        OneVsRestPlattCalibrator,
+        TopLabelHistogramCalibrator,
+        SelectiveCalibrator,
+        AngularCalibrator,
         AutoCalibrator,
     )
 }

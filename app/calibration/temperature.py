@@ -29,79 +29,11 @@ scores (softmax of two logits is the sigmoid of their difference).
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ._logistic import fit_logistic
-from ._multiclass import as_logits, softmax
+from ._multiclass import MAX_TEMPERATURE, MIN_TEMPERATURE, as_logits, fit_inverse_temperature, softmax
 from .base import Calibrator, CalibrationInputError, sigmoid, to_logit
-
-#: Bounds of the multiclass temperature.
-MIN_TEMPERATURE = 1e-3
-MAX_TEMPERATURE = 1e3
-
-
-def fit_inverse_temperature(
-    z: np.ndarray, labels: np.ndarray, weights: np.ndarray, tol: float = 1e-10, max_iter: int = 100
-) -> tuple[float, int]:
-    """beta = 1/T minimising the weighted mean log-loss of softmax(beta z), and the passes used.
-
-    Safeguarded Newton on the convex L(beta), in [1/MAX_TEMPERATURE, 1/MIN_TEMPERATURE].
-    """
-    n, k = z.shape
-    w = weights / weights.sum()
-    rows = np.arange(n)
-    # Shift each row so that its largest logit is 0: exp(beta * zc) <= 1 for
-    # every beta > 0, with no per-pass max.
-    zc = z - z.max(axis=1, keepdims=True)
-    zc_y = zc[rows, labels]
-    buffer = np.empty_like(zc)
-
-    def derivatives(beta: float) -> tuple[float, float]:
-        np.multiply(zc, beta, out=buffer)
-        np.exp(buffer, out=buffer)
-        s = buffer.sum(axis=1)
-        np.multiply(buffer, zc, out=buffer)
-        m1 = buffer.sum(axis=1) / s  # E_p[z]
-        m2 = np.einsum("ij,ij->i", buffer, zc) / s  # E_p[z^2]
-        gradient = float(np.dot(w, m1 - zc_y))
-        curvature = float(np.dot(w, np.maximum(m2 - m1 * m1, 0.0)))
-        return gradient, curvature
-
-    lower, upper = math.log(1.0 / MAX_TEMPERATURE), math.log(1.0 / MIN_TEMPERATURE)
-    lo, hi = lower, upper
-    # Work in t = log beta, keeping lo < optimum < hi from the sign of L'.
-    t = 0.0
-    passes = 0
-    for _ in range(max_iter):
-        beta = math.exp(t)
-        gradient, curvature = derivatives(beta)
-        passes += 1
-        if gradient == 0.0 or (t >= upper and gradient < 0) or (t <= lower and gradient > 0):
-            break  # the optimum, or a bound the optimum lies beyond
-        if gradient > 0:
-            hi = t  # L increasing here: the optimum is at smaller beta
-        else:
-            lo = t
-        # A Newton step in beta (a step past 0 divides beta by 4 instead); it
-        # stops the iteration when it is below tol. Bisection in t when the
-        # step leaves the bracket, except that a step past a bound not yet
-        # tried goes to that bound.
-        candidate = beta - gradient / curvature if curvature > 0 else (math.inf if gradient < 0 else 0.0)
-        new_t = math.log(candidate) if candidate > 0 else t - math.log(4.0)
-        if abs(new_t - t) <= tol:
-            t = min(max(new_t, lower), upper)
-            break
-        if new_t >= hi:
-            new_t = upper if hi == upper else 0.5 * (lo + hi)
-        elif new_t <= lo:
-            new_t = lower if lo == lower else 0.5 * (lo + hi)
-        if hi - lo <= tol:
-            t = new_t
-            break
-        t = new_t
-    return math.exp(t), passes
 
 
 class TemperatureCalibrator(Calibrator):

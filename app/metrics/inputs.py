@@ -123,10 +123,10 @@ def check_probabilities(probabilities: Any, field: str = "probabilities") -> np.
     p = np.ascontiguousarray(array, dtype=np.float64)
     if p.ndim == 2 and p.shape[1] < 2:
         raise input_error(field, "rows need one probability per class (at least 2); send a flat list for binary")
-    finite = np.isfinite(p)
-    if not finite.all():
-        raise input_error(field, "must be finite (no NaN or infinity)", _first_index(~finite))
-    if p.min() < 0.0 or p.max() > 1.0:
+    if not (p.min() >= 0.0 and p.max() <= 1.0):  # also false for NaN, which min and max propagate
+        finite = np.isfinite(p)
+        if not finite.all():
+            raise input_error(field, "must be finite (no NaN or infinity)", _first_index(~finite))
         outside = (p < 0.0) | (p > 1.0)
         raise input_error(field, "probabilities must lie in [0, 1]", _first_index(outside))
     if p.ndim == 2:

@@ -40,7 +40,6 @@ from netcal.metrics import ECE, MCE  # noqa: E402
 from sklearn.calibration import calibration_curve  # noqa: E402
 
 from app.metrics import debiased_l2_ce, ece, prepare, reliability_diagram, smooth_ece  # noqa: E402
-from app.metrics.inputs import binary_problems  # noqa: E402
 
 SEED = 20260101
 OUT = REPO / "tests" / "fixtures" / "metrics_reference.json"
@@ -190,7 +189,7 @@ def main() -> None:
             if key.startswith("uc_is_discrete") or key.endswith("_error"):
                 continue
             if theirs is None:
-                rows.append((name, key, f"{mine[key]:.15g}", "raises: " + refs[key + "_error"], 0.0))
+                rows.append((name, key, f"{mine[key]:.15g}", "netcal raises: " + refs[key + "_error"], float("nan")))
                 continue
             value = mine[key]
             shown_ours = f"{len(value['prob_true'])} bins" if isinstance(value, dict) else f"{value:.15g}"
@@ -206,7 +205,7 @@ def main() -> None:
     print("| case | reference | calibd | reference value | abs difference |")
     print("|---|---|---|---|---|")
     for name, key, a, b, d in rows:
-        print(f"| {name} | {key} | {a} | {b} | {d:.2e} |")
+        print(f"| {name} | {key} | {a} | {b} | {'n/a' if d != d else f'{d:.2e}'} |")
     worst = max(r[-1] for r in rows if r[-1] == r[-1])
     print(f"\nlargest difference: {worst:.2e}")
     if worst > 1e-9:

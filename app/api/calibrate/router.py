@@ -17,6 +17,7 @@ from ..problems import Problem, input_error
 from ..state import services
 from ..validation import json_response, request_body
 from .schemas import CalibrateRequest, CalibrateResponse
+from ..auth import REQUIRE_CALIBRATE
 
 router = APIRouter(tags=["calibrate"])
 
@@ -26,6 +27,7 @@ MAX_ID_LENGTH = 128
 
 @router.post(
     "/calibrate",
+    dependencies=[REQUIRE_CALIBRATE],
     summary="Calibrate a batch of scores",
     openapi_extra=request_body(("application/json", CalibrateRequest)),
     responses={200: {"model": CalibrateResponse}, 404: {}, 409: {}, 413: {}, 415: {}, 422: {}},

@@ -28,6 +28,7 @@ from .schemas import (
     VersionOut,
 )
 from .upload import csv_input_error, read_upload
+from ..auth import REQUIRE_ADMIN, REQUIRE_READ
 
 router = APIRouter(tags=["calibrators"])
 
@@ -76,6 +77,7 @@ _LIST_FIELDS = {"version", "current", "method", "input", "n_classes", "n_samples
 @router.post(
     "/calibrators",
     status_code=201,
+    dependencies=[REQUIRE_ADMIN],
     summary="Fit a calibrator and store it as the next version of its name",
     openapi_extra=request_body(("application/json", FitRequest), ("multipart/form-data", FitUpload)),
     responses={201: {"model": VersionOut}, 413: {}, 415: {}, 422: {}},
@@ -130,7 +132,7 @@ async def create_calibrator(request: Request) -> Response:
     return json_response(version_out(info), 201, headers={"Location": location})
 
 
-@router.get("/calibrators", summary="List calibrators, a page at a time", response_model=CalibratorPage)
+@router.get("/calibrators", summary="List calibrators, a page at a time", dependencies=[REQUIRE_READ], response_model=CalibratorPage)
 async def list_calibrators(
     request: Request,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
@@ -140,7 +142,12 @@ async def list_calibrators(
     return json_response({"items": items, "next_cursor": next_cursor})
 
 
-@router.get("/calibrators/{name}", summary="A calibrator, its latest version and its versions", response_model=CalibratorOut)
+@router.get(
+    "/calibrators/{name}",
+    summary="A calibrator, its latest version and its versions",
+    dependencies=[REQUIRE_READ],
+    response_model=CalibratorOut,
+)
 async def get_calibrator(request: Request, name: NamePath) -> Response:
     info = await run_in_threadpool(repository.get_calibrator, services(request).sessions, name)
     return json_response(calibrator_out(info))
@@ -148,6 +155,7 @@ async def get_calibrator(request: Request, name: NamePath) -> Response:
 
 @router.get(
     "/calibrators/{name}/versions/{version}",
+    dependencies=[REQUIRE_READ],
     summary="One version: its fit summary and parameters",
     response_model=VersionDetailOut,
 )
@@ -158,6 +166,7 @@ async def get_version(request: Request, name: NamePath, version: VersionPath) ->
 
 @router.post(
     "/calibrators/{name}/promote",
+    dependencies=[REQUIRE_ADMIN],
     summary="Make a version current: pin it, or roll back",
     openapi_extra=request_body(("application/json", PromoteRequest)),
     response_model=PromoteOut,
@@ -171,7 +180,12 @@ async def promote(request: Request, name: NamePath) -> Response:
     return json_response({"name": info.name, "current_version": info.current_version, "latest_version": info.latest_version})
 
 
-@router.delete("/calibrators/{name}", status_code=204, summary="Delete a calibrator, all its versions and its feedback")
+@router.delete(
+    "/calibrators/{name}",
+    status_code=204,
+    summary="Delete a calibrator, all its versions and its feedback",
+    dependencies=[REQUIRE_ADMIN],
+)
 async def delete_calibrator(request: Request, name: NamePath) -> Response:
     app = services(request)
     await run_in_threadpool(repository.delete_calibrator, app.sessions, name)

@@ -19,6 +19,7 @@ from ..bodies import parse_json_object, require_json
 from ..problems import Problem, input_error
 from ..validation import json_response, request_body
 from .schemas import EvaluateRequest, EvaluateResponse
+from ..auth import REQUIRE_READ
 
 router = APIRouter(tags=["evaluate"])
 
@@ -30,6 +31,7 @@ MAX_BOOTSTRAP_ROWS = 10_000_000
 
 @router.post(
     "/evaluate",
+    dependencies=[REQUIRE_READ],
     summary="Compute calibration metrics and reliability-diagram data (stores nothing)",
     openapi_extra=request_body(("application/json", EvaluateRequest)),
     responses={200: {"model": EvaluateResponse}, 400: {}, 413: {}, 415: {}, 422: {}},

@@ -24,6 +24,7 @@ from ..problems import Problem, input_error
 from ..state import Services, services
 from ..validation import json_response, request_body, validate
 from .schemas import FeedbackReceipt, FeedbackRequest, MonitorOut
+from ..auth import REQUIRE_FEEDBACK, REQUIRE_READ
 
 router = APIRouter(tags=["feedback"])
 
@@ -53,6 +54,7 @@ def _check_flags(values: list, n: int) -> np.ndarray:
 
 @router.post(
     "/feedback",
+    dependencies=[REQUIRE_FEEDBACK],
     status_code=202,
     summary="Record labels for logged predictions, or labelled probabilities",
     openapi_extra=request_body(("application/json", FeedbackRequest)),
@@ -117,6 +119,7 @@ async def record_feedback(
 
 @router.get(
     "/calibrators/{name}/monitor",
+    dependencies=[REQUIRE_READ],
     summary="The monitors of a version: window metrics and drift alarm",
     response_model=MonitorOut,
 )

@@ -1,0 +1,595 @@
+"""Angular calibration of a linear classifier trained in high dimensions.
+
+Li & Sur, "Optimal and provable calibration in high-dimensional binary
+classification: angular calibration and Platt scaling" (papers/000).
+
+The model: x ~ N(0, Sigma) in R^d, and P(y = 1 | x) = F(a * w*'x + b) with
+||w*||_Sigma = 1, F the logistic or the probit function (the *link*, with its
+scale a > 0 and offset b). The linear classifier's weights w_hat were fitted
+on n training rows (X, y) by ridge-regularised logistic regression,
+
+    w_hat = argmin_w (1/n) sum_i loss(y_i, x_i'w) + lambda / (2d) ||w||^2,
+
+without an intercept. Given u = w_hat'x (a logit), w*'x is Gaussian with mean
+cos(theta) u / ||w_hat||_Sigma and variance sin(theta)^2, where theta is the
+angle between w* and w_hat in the Sigma geometry. So the calibrated
+probability is exactly (eq. 3 of the paper, with the link's scale and offset)
+
+    f(u) = E_Z[ F(a (cos(theta) u / ||w_hat||_Sigma + sin(theta) Z) + b) ],  Z ~ N(0, 1),
+
+computed by Gauss-Hermite quadrature (``quadrature_nodes`` nodes), or in
+closed form for the probit link: Phi((a cos(theta) s + b) / sqrt(1 + a^2 sin(theta)^2)).
+
+The angle is estimated from the training data, which is why the fit needs
+more than the holdout (eqs. 11-13 of the paper):
+
+* <w*, w_hat>_Sigma^2 by the observable estimator of Bellec (2022), eq. (11):
+  with t = X w_hat, psi = -loss'(t) (= y - sigmoid(t)), D = diag(loss''(t)),
+  H = (X'DX + n lambda/d I)^-1, v = Tr(D - D X H X'D) / n, r^2 = ||psi||^2 / n
+  and gamma below,
+
+      a2 = ( v/n ||t - gamma psi||^2 + psi't/n - gamma r^2 )^2
+           / ( ||Sigma^-1/2 X'psi||^2 / n^2 + 2v/n psi't + v^2/n ||t - gamma psi||^2 - d/n r^2 ).
+
+* gamma: the paper prints gamma = Tr(X H X'D). That is off by a factor of
+  n v: gamma must be the leave-one-out factor in x_i'w_hat = x_i'w_hat(-i) +
+  gamma psi_i, that is x_i'H(-i)x_i, which is O(1). By Sherman-Morrison,
+  [X H X']_ii = gamma_i / (1 + D_i gamma_i) with gamma_i = x_i'H(-i)x_i, so
+  with gamma_i ~ gamma for every i (they concentrate),
+
+      Tr(X H X'D)      = sum_i D_i gamma / (1 + D_i gamma),
+      Tr(D - D X H X'D) = sum_i D_i / (1 + D_i gamma),
+
+  and their ratio is exactly gamma. Hence ``corrected_gamma`` =
+  Tr(X H X'D) / Tr(D - D X H X'D). (This also makes v = (1/n) sum_i
+  D_i / (1 + gamma D_i), the average derivative of psi with respect to the
+  leave-one-out logit, which is the role v plays in the estimator.) With the
+  printed gamma the estimate comes out in the thousands against a true value
+  near 0.2; tests/test_angular.py checks both.
+* the sign of <w*, w_hat>_Sigma from the labelled holdout (eq. 12):
+  sign(sum_i u_i y_i), with 0/1 labels.
+* theta = arccos(clip(sign sqrt(a2) / ||w_hat||_Sigma, -1, 1)) (eq. 13).
+
+Only the sign depends on the holdout, so the expensive part (O(min(n, d)^2
+max(n, d) + d^3)) is cached by the content of the training arrays: the five
+cross-fitting refits of a service fit reuse it.
+
+Inputs (``fit_arrays``, none aligned with the holdout rows):
+    X (n, d), y (n,) 0/1 (or -1/+1, converted), w_hat (d,), and exactly one of
+    Sigma (d, d) or X_unlabeled (m, d), m >= d, whose second-moment matrix
+    X_unlabeled'X_unlabeled / m estimates Sigma (x is taken to have mean 0).
+
+Options:
+    lambda: the ridge penalty w_hat was trained with, in the paper's
+        convention g(w) = lambda / (2d) ||w||^2 beside the *mean* loss
+        (scikit-learn: LogisticRegression(C = d / (n lambda),
+        fit_intercept=False)). Required, > 0. ``lambda`` is a Python keyword,
+        so the constructor argument is ``ridge``; the option is accepted under
+        both names, and stored as ``ridge``.
+    loss: the training loss; "logistic" (the only one implemented).
+    link: {"family": "logistic" | "probit", "scale": a, "offset": b} (or just
+        the family's name); default logistic, scale 1, offset 0.
+    quadrature_nodes: Gauss-Hermite nodes for the logistic link (default 40).
+    max_dimension: the largest d accepted (default 5000; at most 20000). The
+        fit holds d x d matrices and factorises them in O(d^3).
+    stationarity_tol: w_hat must be the minimiser of the objective above:
+        the norm of the objective's gradient at w_hat, relative to the norm of
+        its two terms, must not exceed this (default 0.1; null skips the check).
+        The estimator is sensitive to it: a lambda 20% off, or a solver stopped
+        early, gives a meaningless angle. Fit w_hat to a tight tolerance.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from functools import lru_cache
+from numbers import Integral, Real
+from typing import Any
+
+import numpy as np
+from scipy.linalg import LinAlgError, cholesky, solve_triangular
+from scipy.special import ndtr
+
+from .base import ArraySpec, Calibrator, CalibrationInputError, sigmoid
+
+DEFAULT_MAX_DIMENSION = 5000
+#: The largest ``max_dimension`` an option may set.
+MAX_DIMENSION_CEILING = 20000
+DEFAULT_QUADRATURE_NODES = 40
+LINK_FAMILIES = ("logistic", "probit")
+LOSSES = ("logistic",)
+#: Sigma must be symmetric to this relative tolerance.
+SYMMETRY_TOLERANCE = 1e-8
+
+
+# -- the angle estimator ------------------------------------------------------
+
+
+def corrected_gamma(trace_xhxd: float, trace_d_minus_dxhxd: float, n: int) -> float:
+    """gamma = Tr(X H X'D) / Tr(D - D X H X'D): the leave-one-out factor (see the module notes)."""
+    return trace_xhxd / trace_d_minus_dxhxd
+
+
+def printed_gamma(trace_xhxd: float, trace_d_minus_dxhxd: float, n: int) -> float:
+    """gamma = Tr(X H X'D) as printed in the paper (section 6); wrong by a factor n v. For tests."""
+    return trace_xhxd
+
+
+#: The gamma normalisation the estimator uses (tests swap in ``printed_gamma``).
+gamma_normalisation: Callable[[float, float, int], float] = corrected_gamma
+
+
+def logistic_loss_derivatives(t: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """psi = -loss'(t) = y - sigmoid(t) and D = loss''(t) = sigmoid(t)(1 - sigmoid(t)), y in {0, 1}."""
+    p = sigmoid(t)
+    return y - p, p * (1.0 - p)
+
+
+LOSS_DERIVATIVES = {"logistic": logistic_loss_derivatives}
+
+
+def leverages(X: np.ndarray, curvature: np.ndarray, c: float) -> np.ndarray:
+    """h_i = D_i [X H X']_ii with H = (X'DX + c I)^-1, in O(min(n, d)^2 max(n, d)).
+
+    With Z = D^1/2 X, h = diag(Z (Z'Z + cI)^-1 Z') = diag(ZZ' (ZZ' + cI)^-1)
+    = 1 - c diag((ZZ' + cI)^-1): a d x d factorisation when d < n, else n x n.
+    """
+    n, d = X.shape
+    Z = X * np.sqrt(curvature)[:, None]
+    if d < n:
+        factor = cholesky(Z.T @ Z + c * np.eye(d), lower=True)
+        W = solve_triangular(factor, Z.T, lower=True)
+        return np.einsum("ij,ij->j", W, W)
+    gram = Z @ Z.T
+    gram[np.diag_indices(n)] += c
+    factor = cholesky(gram, lower=True)
+    inverse_factor = solve_triangular(factor, np.eye(n), lower=True)
+    # diag((LL')^-1) = column sums of (L^-1)^2.
+    return 1.0 - c * np.einsum("ij,ij->j", inverse_factor, inverse_factor)
+
+
+def estimate_inner_product_squared(
+    X: np.ndarray,
+    y: np.ndarray,
+    w_hat: np.ndarray,
+    sigma_factor: np.ndarray,
+    ridge: float,
+    loss: str = "logistic",
+    gamma: Callable[[float, float, int], float] | None = None,
+) -> dict[str, float]:
+    """Eq. (11): the estimate of <w*, w_hat>_Sigma^2 and its ingredients.
+
+    ``sigma_factor`` is the lower Cholesky factor L of Sigma (Sigma = L L'),
+    ``y`` is 0/1, ``ridge`` the lambda of g(w) = lambda / (2d) ||w||^2.
+    ``gamma`` defaults to the module's ``gamma_normalisation``.
+    """
+    gamma_fn = gamma_normalisation if gamma is None else gamma
+    n, d = X.shape
+    t = X @ w_hat
+    psi, curvature = LOSS_DERIVATIVES[loss](t, y)
+    c = n * ridge / d  # n times the penalty's Hessian, lambda / d
+    h = leverages(X, curvature, c)
+    trace_xhxd = float(h.sum())
+    trace_rest = float(np.dot(curvature, 1.0 - h))
+    v = trace_rest / n
+    g = float(gamma_fn(trace_xhxd, trace_rest, n))
+    r2 = float(psi @ psi) / n
+    residual = t - g * psi
+    residual_sq = float(residual @ residual)
+    psi_t = float(psi @ t)
+    whitened = solve_triangular(sigma_factor, X.T @ psi, lower=True)  # Sigma^-1/2 X'psi, up to rotation
+    numerator = (v / n * residual_sq + psi_t / n - g * r2) ** 2
+    denominator = (
+        float(whitened @ whitened) / n**2 + 2.0 * v / n * psi_t + v**2 / n * residual_sq - d / n * r2
+    )
+    estimate = numerator / denominator if denominator > 0 else math.nan
+    return {
+        "inner_product_squared": estimate,
+        "gamma": g,
+        "v": v,
+        "r2": r2,
+        "numerator": numerator,
+        "denominator": denominator,
+    }
+
+
+def stationarity(X: np.ndarray, y: np.ndarray, w_hat: np.ndarray, ridge: float, loss: str = "logistic") -> float:
+    """||grad|| / max(||loss term||, ||penalty term||) of (1/n) sum loss + lambda/(2d) ||w||^2 at w_hat.
+
+    0 at the exact minimiser; 1 or more when w_hat is far from it.
+    """
+    n, d = X.shape
+    psi, _ = LOSS_DERIVATIVES[loss](X @ w_hat, y)
+    loss_term = -(X.T @ psi) / n
+    penalty_term = ridge / d * w_hat
+    scale = max(float(np.linalg.norm(loss_term)), float(np.linalg.norm(penalty_term)))
+    return float(np.linalg.norm(loss_term + penalty_term)) / scale if scale > 0 else 0.0
+
+
+def angle_from(inner_product_squared: float, sign: float, w_norm: float) -> tuple[float, float, bool]:
+    """Eq. (13): theta = arccos(clip(sign sqrt(a2) / ||w_hat||_Sigma, -1, 1)); also cos(theta) and
+    whether the estimate had to be clipped (a2 < 0, undefined, or above ||w_hat||_Sigma^2)."""
+    a2 = inner_product_squared
+    clipped = not (math.isfinite(a2) and 0.0 <= a2 <= w_norm**2)
+    a2 = min(max(a2, 0.0), w_norm**2) if math.isfinite(a2) else 0.0
+    cosine = float(np.clip(sign * math.sqrt(a2) / w_norm, -1.0, 1.0))
+    return math.acos(cosine), cosine, clipped
+
+
+def sign_from_holdout(u: np.ndarray, labels: np.ndarray, weights: np.ndarray) -> tuple[int, float, float]:
+    """Eq. (12): sign(sum_i u_i y_i) with 0/1 labels (weighted), the statistic's weighted mean,
+    and its margin as a z-score (mean over its standard error)."""
+    products = u * labels
+    total = float(weights.sum())
+    mean = float(np.dot(weights, products)) / total
+    effective_n = total**2 / float(np.dot(weights, weights))
+    variance = float(np.dot(weights, (products - mean) ** 2)) / total
+    standard_error = math.sqrt(variance / effective_n) if variance > 0 else 0.0
+    z = mean / standard_error if standard_error > 0 else (math.copysign(math.inf, mean) if mean else 0.0)
+    return int(np.sign(mean)), mean, z
+
+
+def platt_equivalent(theta: float, w_norm: float, scale: float, offset: float) -> tuple[float, float]:
+    """Theorem 5.1, eq. (9): for a probit link F(u) = Phi(a u + b), the angular predictor equals
+    F(A u + B) with A = cos(theta) / (||w_hat||_Sigma sqrt(1 + a^2 sin^2 theta)) and
+    B = (b / a)(1 / sqrt(1 + a^2 sin^2 theta) - 1)."""
+    root = math.sqrt(1.0 + scale**2 * math.sin(theta) ** 2)
+    return math.cos(theta) / (w_norm * root), offset / scale * (1.0 / root - 1.0)
+
+
+@lru_cache(maxsize=16)
+def _hermite_rule(nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes and weights for E[f(Z)], Z ~ N(0, 1): sqrt(2) x_k and w_k / sqrt(pi) of Gauss-Hermite."""
+    x, w = np.polynomial.hermite.hermgauss(nodes)
+    return math.sqrt(2.0) * x, w / math.sqrt(math.pi)
+
+
+def expected_link(mean: np.ndarray, spread: float, family: str, nodes: int = DEFAULT_QUADRATURE_NODES) -> np.ndarray:
+    """E_Z[F(mean + spread Z)], Z ~ N(0, 1), elementwise over ``mean``.
+
+    Probit: Phi(mean / sqrt(1 + spread^2)) exactly. Logistic: Gauss-Hermite
+    quadrature, in blocks of rows so that memory stays bounded.
+    """
+    if family == "probit":
+        return ndtr(mean / math.sqrt(1.0 + spread**2))
+    if spread == 0.0:
+        return sigmoid(mean)
+    points, weights = _hermite_rule(nodes)
+    shifts = spread * points
+    out = np.empty_like(mean)
+    block = max(1, (1 << 18) // nodes)
+    for start in range(0, mean.shape[0], block):
+        stop = start + block
+        out[start:stop] = sigmoid(mean[start:stop, None] + shifts[None, :]) @ weights
+    return np.clip(out, 0.0, 1.0)
+
+
+# -- the cache of the holdout-independent part of a fit -------------------------
+
+_CACHE_SIZE = 8
+_cache: OrderedDict[tuple, dict[str, float]] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def _fingerprint(arrays: dict[str, np.ndarray | None], *extra: Any) -> tuple:
+    digest = hashlib.sha256()
+    for name in sorted(arrays):
+        array = arrays[name]
+        digest.update(f"{name}:{None if array is None else array.shape};".encode())
+        if array is not None:
+            digest.update(np.ascontiguousarray(array, dtype="<f8").data)
+    return (digest.hexdigest(), *extra)
+
+
+def _cached(key: tuple, compute: Callable[[], dict[str, float]]) -> dict[str, float]:
+    with _cache_lock:
+        if key in _cache:
+            _cache.move_to_end(key)
+            return dict(_cache[key])
+    result = compute()
+    with _cache_lock:
+        _cache[key] = dict(result)
+        while len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
+    return result
+
+
+# -- the calibrator -----------------------------------------------------------
+
+
+class AngularCalibrator(Calibrator):
+    """Angular calibration (Li & Sur): the exact conditional probability of y given u = w_hat'x
+    under a Gaussian design, with the angle between w_hat and w* estimated from the training data.
+
+    See the module docstring for the model, the inputs and the options.
+    """
+
+    method = "angular"
+    inputs = ("logit",)
+    # Non-decreasing in u only when cos(theta) >= 0, which the holdout decides.
+    monotone = False
+    fit_arrays = {
+        "X": ArraySpec(ndim=2, rows=False, description="the training design X (n x d) w_hat was fitted on"),
+        "y": ArraySpec(ndim=1, rows=False, description="the training labels (n,), 0/1"),
+        "w_hat": ArraySpec(ndim=1, rows=False, description="the fitted weights (d,)"),
+        "Sigma": ArraySpec(ndim=2, rows=False, required=False, description="the covariance of x (d x d)"),
+        "X_unlabeled": ArraySpec(
+            ndim=2, rows=False, required=False, description="unlabeled rows of x (m x d, m >= d) to estimate Sigma"
+        ),
+    }
+    fitted_attributes = (
+        "theta_",
+        "w_norm_sigma_",
+        "sign_",
+        "inner_product_",
+        "inner_product_squared_",
+        "sign_statistic_",
+        "sign_margin_",
+        "diagnostics_",
+    )
+
+    def __init__(
+        self,
+        input: str = "logit",
+        ridge: float | None = None,
+        loss: str = "logistic",
+        link: dict[str, Any] | str | None = None,
+        quadrature_nodes: int = DEFAULT_QUADRATURE_NODES,
+        max_dimension: int = DEFAULT_MAX_DIMENSION,
+        stationarity_tol: float | None = 0.1,
+    ):
+        self.input = input
+        self.ridge = ridge
+        self.loss = loss
+        self.link = link
+        self.quadrature_nodes = quadrature_nodes
+        self.max_dimension = max_dimension
+        self.stationarity_tol = stationarity_tol
+
+    # -- options --------------------------------------------------------------
+    @classmethod
+    def from_options(cls, input: str, options: dict[str, Any] | None = None) -> AngularCalibrator:
+        """As the base, with ``lambda`` (the documented option) accepted for ``ridge``."""
+        options = dict(options or {})
+        known = ["lambda", *(name for name in cls._get_param_names() if name != "input")]
+        for name in options:
+            if name not in known:
+                raise CalibrationInputError(
+                    f"options.{name}", f"unknown option for {cls.method} (accepted: {', '.join(known)})"
+                )
+        if "lambda" in options:
+            if "ridge" in options:
+                raise CalibrationInputError("options.lambda", "give lambda or its alias ridge, not both")
+            options["ridge"] = options.pop("lambda")
+        return super().from_options(input, options)
+
+    def set_params(self, **params: Any) -> AngularCalibrator:
+        if "lambda" in params:
+            params["ridge"] = params.pop("lambda")
+        return super().set_params(**params)
+
+    def link_parameters(self) -> tuple[str, float, float]:
+        """(family, scale a, offset b) of the label link, defaults filled in."""
+        link = self.link
+        if link is None:
+            return "logistic", 1.0, 0.0
+        if isinstance(link, str):
+            return link, 1.0, 0.0
+        return link.get("family", "logistic"), float(link.get("scale", 1.0)), float(link.get("offset", 0.0))
+
+    def _check_params(self) -> None:
+        if self.ridge is None:
+            raise CalibrationInputError(
+                "options.lambda",
+                "required: the ridge penalty w_hat was trained with, g(w) = lambda/(2d)·||w||² beside the mean loss",
+            )
+        if not _is_number(self.ridge) or not (math.isfinite(self.ridge) and self.ridge > 0):
+            raise CalibrationInputError("options.lambda", "must be a positive number")
+        if self.loss not in LOSSES:
+            raise CalibrationInputError("options.loss", f"must be one of: {', '.join(LOSSES)}")
+        self._check_link()
+        nodes = self.quadrature_nodes
+        if not _is_integer(nodes) or not 2 <= nodes <= 200:
+            raise CalibrationInputError("options.quadrature_nodes", "must be an integer from 2 to 200")
+        limit = self.max_dimension
+        if not _is_integer(limit) or not 1 <= limit <= MAX_DIMENSION_CEILING:
+            raise CalibrationInputError("options.max_dimension", f"must be an integer from 1 to {MAX_DIMENSION_CEILING}")
+        tol = self.stationarity_tol
+        if tol is not None and (not _is_number(tol) or not (math.isfinite(tol) and tol > 0)):
+            raise CalibrationInputError("options.stationarity_tol", "must be a positive number, or null to skip the check")
+
+    def _check_link(self) -> None:
+        link = self.link
+        if link is None:
+            return
+        if isinstance(link, str):
+            if link not in LINK_FAMILIES:
+                raise CalibrationInputError("options.link", f"family must be one of: {', '.join(LINK_FAMILIES)}")
+            return
+        if not isinstance(link, dict):
+            raise CalibrationInputError("options.link", 'must be {"family": ..., "scale": a, "offset": b}')
+        for key in link:
+            if key not in ("family", "scale", "offset"):
+                raise CalibrationInputError(f"options.link.{key}", "unknown key (accepted: family, scale, offset)")
+        if link.get("family", "logistic") not in LINK_FAMILIES:
+            raise CalibrationInputError("options.link.family", f"must be one of: {', '.join(LINK_FAMILIES)}")
+        scale, offset = link.get("scale", 1.0), link.get("offset", 0.0)
+        if not _is_number(scale) or not (math.isfinite(scale) and scale > 0):
+            raise CalibrationInputError("options.link.scale", "must be a positive number (P(y=1|x) = F(a·w*'x + b), a > 0)")
+        if not _is_number(offset) or not math.isfinite(offset):
+            raise CalibrationInputError("options.link.offset", "must be a finite number")
+
+    # -- fit ------------------------------------------------------------------
+    def _fit(
+        self,
+        scores: np.ndarray,
+        labels: np.ndarray,
+        weights: np.ndarray,
+        X: np.ndarray,
+        y: np.ndarray,
+        w_hat: np.ndarray,
+        Sigma: np.ndarray | None = None,
+        X_unlabeled: np.ndarray | None = None,
+    ) -> None:
+        n, d = X.shape
+        if d > self.max_dimension:
+            raise CalibrationInputError(
+                "X",
+                f"has {d} columns, above the limit of {self.max_dimension} features (options.max_dimension; "
+                f"at most {MAX_DIMENSION_CEILING})",
+            )
+        if n < 2:
+            raise CalibrationInputError("X", "needs at least 2 training rows")
+        y = _training_labels(y, n)
+        if w_hat.shape[0] != d:
+            raise CalibrationInputError("w_hat", f"has {w_hat.shape[0]} entries but X has {d} columns")
+        if not np.any(w_hat):
+            raise CalibrationInputError("w_hat", "must not be zero: the angle to a zero vector is undefined")
+        if (Sigma is None) == (X_unlabeled is None):
+            detail = "give Sigma or X_unlabeled, not both" if Sigma is not None else (
+                "required: give Sigma (the d x d covariance of x) or X_unlabeled (unlabeled rows of x to estimate it)"
+            )
+            raise CalibrationInputError("Sigma", detail)
+        # Cheap shape checks before any O(d^3) work.
+        if Sigma is not None and Sigma.shape != (d, d):
+            raise CalibrationInputError("Sigma", f"has shape {Sigma.shape[0]} x {Sigma.shape[1]} but X has {d} columns")
+        if X_unlabeled is not None:
+            if X_unlabeled.shape[1] != d:
+                raise CalibrationInputError("X_unlabeled", f"has {X_unlabeled.shape[1]} columns but X has {d}")
+            if X_unlabeled.shape[0] < d:
+                raise CalibrationInputError(
+                    "X_unlabeled", f"has {X_unlabeled.shape[0]} rows; estimating a {d} x {d} Sigma needs at least {d}"
+                )
+        if Sigma is not None:
+            _check_symmetric(Sigma)
+
+        ridge = float(self.ridge)
+        key = _fingerprint(
+            {"X": X, "y": y, "w_hat": w_hat, "Sigma": Sigma, "X_unlabeled": X_unlabeled},
+            ridge, self.loss, gamma_normalisation,
+        )
+        magnitude = _cached(key, lambda: self._magnitude(X, y, w_hat, Sigma, X_unlabeled, ridge))
+        tol = self.stationarity_tol
+        if tol is not None and magnitude["stationarity"] > tol:
+            raise CalibrationInputError(
+                "w_hat",
+                f"is not the minimiser of (1/n)·Σ {self.loss} loss + lambda/(2d)·||w||² with lambda = {ridge:g}: "
+                f"the gradient there is {magnitude['stationarity']:.3g} of its terms' size (stationarity_tol "
+                f"{tol:g}). Check lambda's convention (scikit-learn: C = d/(n·lambda), fit_intercept=False), "
+                "the labels y, and fit w_hat to a tight tolerance",
+            )
+
+        sign, statistic, margin = sign_from_holdout(scores, labels.astype(np.float64), weights)
+        w_norm = magnitude["w_norm_sigma"]
+        theta, cosine, clipped = angle_from(magnitude["inner_product_squared"], sign, w_norm)
+        self.theta_ = theta
+        self.w_norm_sigma_ = w_norm
+        self.sign_ = sign
+        self.inner_product_ = cosine * w_norm
+        self.inner_product_squared_ = _json_float(magnitude["inner_product_squared"])
+        self.sign_statistic_ = statistic
+        self.sign_margin_ = _json_float(margin)
+        self.diagnostics_ = {
+            "clipped": clipped,
+            "gamma": magnitude["gamma"],
+            "v": magnitude["v"],
+            "r2": magnitude["r2"],
+            "stationarity": magnitude["stationarity"],
+            "n_train": n,
+            "dimension": d,
+            "sigma_from": "Sigma" if Sigma is not None else "X_unlabeled",
+            "n_holdout": int(scores.shape[0]),
+        }
+
+    def _magnitude(
+        self,
+        X: np.ndarray,
+        y: np.ndarray,
+        w_hat: np.ndarray,
+        Sigma: np.ndarray | None,
+        X_unlabeled: np.ndarray | None,
+        ridge: float,
+    ) -> dict[str, float]:
+        """Everything of the fit that does not depend on the holdout."""
+        if Sigma is not None:
+            sigma = (Sigma + Sigma.T) / 2.0
+            field = "Sigma"
+        else:
+            sigma = X_unlabeled.T @ X_unlabeled / X_unlabeled.shape[0]
+            field = "X_unlabeled"
+        try:
+            factor = cholesky(sigma, lower=True)
+        except LinAlgError:
+            detail = "must be positive definite" if field == "Sigma" else (
+                "its rows' second-moment matrix is singular (rows must span all d directions)"
+            )
+            raise CalibrationInputError(field, detail) from None
+        w_norm_sq = float(np.sum((factor.T @ w_hat) ** 2))
+        result = estimate_inner_product_squared(X, y, w_hat, factor, ridge, self.loss)
+        result["w_norm_sigma"] = math.sqrt(w_norm_sq)
+        result["stationarity"] = stationarity(X, y, w_hat, ridge, self.loss)
+        return result
+
+    # -- predict --------------------------------------------------------------
+    def _predict(self, scores: np.ndarray) -> np.ndarray:
+        family, scale, offset = self.link_parameters()
+        s = scores / self.w_norm_sigma_
+        mean = scale * math.cos(self.theta_) * s + offset
+        return expected_link(mean, scale * math.sin(self.theta_), family, self.quadrature_nodes)
+
+    def fit_info(self) -> dict[str, Any]:
+        return {
+            "angle": self.theta_,
+            "angle_degrees": math.degrees(self.theta_),
+            "inner_product": self.inner_product_,
+            "inner_product_squared": self.inner_product_squared_,
+            "w_hat_norm_sigma": self.w_norm_sigma_,
+            "sign": self.sign_,
+            "sign_statistic": self.sign_statistic_,
+            "sign_margin": self.sign_margin_,
+            **self.diagnostics_,
+        }
+
+
+# -- helpers ------------------------------------------------------------------
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, Real) and not isinstance(value, bool)
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, Integral) and not isinstance(value, bool)
+
+
+def _json_float(value: float) -> float | None:
+    """JSON has no NaN or infinity: those become null."""
+    return float(value) if math.isfinite(value) else None
+
+
+def _training_labels(y: np.ndarray, n: int) -> np.ndarray:
+    """0/1 training labels as floats; -1/+1 labels are converted (-1 -> 0)."""
+    if y.shape[0] != n:
+        raise CalibrationInputError("y", f"has {y.shape[0]} entries but X has {n} rows")
+    values = np.unique(y)
+    if np.all(np.isin(values, (-1.0, 1.0))) and -1.0 in values:
+        y = (y > 0).astype(np.float64)
+        values = np.unique(y)
+    bad = ~np.isin(y, (0.0, 1.0))
+    if bad.any():
+        raise CalibrationInputError("y", "training labels must be 0 or 1 (or -1 and +1)", (int(np.flatnonzero(bad)[0]),))
+    if values.shape[0] < 2:
+        raise CalibrationInputError("y", f"both classes are needed in the training labels, but every label is {int(values[0])}")
+    return y
+
+
+def _check_symmetric(Sigma: np.ndarray) -> None:
+    asymmetry = np.abs(Sigma - Sigma.T)
+    bound = SYMMETRY_TOLERANCE * max(float(np.max(np.abs(Sigma))), np.finfo(float).tiny)
+    if np.any(asymmetry > bound):
+        i, j = np.unravel_index(int(np.argmax(asymmetry)), asymmetry.shape)
+        raise CalibrationInputError("Sigma", f"must be symmetric: Sigma[{i}][{j}] != Sigma[{j}][{i}]", (int(i), int(j)))

@@ -1,0 +1,113 @@
+"""One-vs-rest calibration: one binary calibrator per class, rows renormalised.
+
+    s_ik = log(p_ik / (1 - p_ik)),   q_ik = g_k(s_ik),   p'_ik = q_ik / sum_j q_ij
+
+For each class k, the binary calibrator g_k is fitted on the class's
+one-vs-rest log-odds s_k against the labels 1[y = k]. Zadrozny & Elkan (2002),
+"Transforming classifier scores into accurate multiclass probability
+estimates" (one-vs-rest reduction, normalised by the sum); the per-class
+calibrators are this package's ``platt`` (Platt 1999, sigmoid(A s + B)) and
+``isotonic`` (pool-adjacent-violators), reused through their ``_fit`` and
+``_predict``.
+
+The per-class score is the same for both input kinds: the log-odds of p_k,
+with p = softmax(z) for logits and the renormalised row for probabilities
+(logits log(max(p, 1e-12)), so a class at probability 0 has log-odds of
+about -27.6). It is computed stably from the logits (``one_vs_rest_logits``),
+so a row with p_k = 1 - 1e-20 keeps its information. Platt on the log-odds is
+the standard Platt scaling of p_k; isotonic is invariant to the monotone map
+except for where it interpolates between blocks.
+
+Rules:
+* A class absent from the holdout (no row of it with positive weight) has
+  nothing to calibrate against; its column keeps its input probability p_k
+  (before renormalisation). ``calibrated_classes`` in the fit info lists the
+  others.
+* A row whose calibrated values are all 0 (isotonic can give 0 to every
+  class of an unusual row) falls back to its input probabilities.
+* Otherwise rows are divided by their sum, so they sum to 1; the result is
+  not itself calibrated in any guaranteed sense (the classic objection to
+  one-vs-rest), but it is what scikit-learn's CalibratedClassifierCV does.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ._multiclass import as_logits, one_vs_rest_logits, pack_components, softmax, unpack_component
+from .base import Calibrator
+from .isotonic import IsotonicCalibrator
+from .platt import PlattCalibrator
+
+
+class _OneVsRestCalibrator(Calibrator):
+    tasks = ("multiclass",)
+    monotone = False
+    #: The binary method fitted per class.
+    component: ClassVar[type[Calibrator]]
+
+    def _scores_and_probabilities(self, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        z = as_logits(scores, self.input)
+        probabilities = scores if self.input == "probability" else softmax(z)
+        return one_vs_rest_logits(z), probabilities
+
+    def _fit(self, scores: np.ndarray, labels: np.ndarray, weights: np.ndarray) -> None:
+        k = scores.shape[1]
+        log_odds, _ = self._scores_and_probabilities(scores)
+        present = np.bincount(labels[weights > 0], minlength=k) > 0
+        components: list[Calibrator | None] = []
+        for c in range(k):
+            if not present[c]:
+                components.append(None)
+                continue
+            component = self.component(input="logit")
+            component._fit(log_odds[:, c], (labels == c).astype(np.int8), weights)
+            components.append(component)
+        flat, self.offsets_ = pack_components(components, self.component.fitted_attributes)
+        for name, values in flat.items():
+            setattr(self, name, values)
+        self.calibrated_ = present.astype(np.float64)
+
+    def _predict(self, scores: np.ndarray) -> np.ndarray:
+        log_odds, probabilities = self._scores_and_probabilities(scores)
+        names = self.component.fitted_attributes
+        flat = {name: getattr(self, name) for name in names}
+        calibrated = np.asarray(self.calibrated_) > 0.5
+        out = probabilities.copy()
+        for c in np.flatnonzero(calibrated):
+            component = unpack_component(self.component, "logit", names, flat, self.offsets_, int(c))
+            out[:, c] = component._predict(log_odds[:, c])
+        total = out.sum(axis=1)
+        empty = ~(total > 0)
+        if empty.any():
+            out[empty] = probabilities[empty]
+            total[empty] = out[empty].sum(axis=1)
+        out /= total[:, None]
+        return out
+
+    def fit_info(self) -> dict[str, Any]:
+        calibrated = np.asarray(self.calibrated_) > 0.5
+        return {
+            "component": self.component.method,
+            "score": "one-vs-rest log-odds",
+            "calibrated_classes": np.flatnonzero(calibrated).tolist(),
+            "uncalibrated_classes": np.flatnonzero(~calibrated).tolist(),
+        }
+
+
+class OneVsRestIsotonicCalibrator(_OneVsRestCalibrator):
+    """Isotonic regression per class on its one-vs-rest log-odds, rows renormalised."""
+
+    method = "ovr_isotonic"
+    component = IsotonicCalibrator
+    fitted_attributes = ("calibrated_", "offsets_") + IsotonicCalibrator.fitted_attributes
+
+
+class OneVsRestPlattCalibrator(_OneVsRestCalibrator):
+    """Platt scaling per class on its one-vs-rest log-odds, rows renormalised."""
+
+    method = "ovr_platt"
+    component = PlattCalibrator
+    fitted_attributes = ("calibrated_", "offsets_") + PlattCalibrator.fitted_attributes

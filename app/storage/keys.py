@@ -1,0 +1,160 @@
+"""API keys: creation, listing, revocation, and the in-memory view that checks them.
+
+A key reads ``calibd_<key_id>_<secret>``. The database keeps the key id, the
+sha256 of the whole key and its scopes; the key itself is shown once. Keys
+are long random strings, so a plain sha256 is enough (a slow password hash
+protects guessable secrets, which these are not).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import select
+
+from .db import transaction
+from .models import ApiKeyRow, utcnow
+from .repository import Sessions
+
+SCOPES = ("admin", "calibrate", "feedback", "read")
+PREFIX = "calibd_"
+
+
+class KeyNotFound(LookupError):
+    pass
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    key_id: str
+    scopes: tuple[str, ...]
+    description: str
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None
+
+    def active(self, now: datetime) -> bool:
+        return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
+
+
+def _digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def split_key(key: str) -> str | None:
+    """The key id of a well-formed key, else None."""
+    if not key.startswith(PREFIX):
+        return None
+    key_id, _, secret = key[len(PREFIX) :].partition("_")
+    return key_id if key_id and secret else None
+
+
+def _info(row: ApiKeyRow) -> KeyInfo:
+    return KeyInfo(row.key_id, tuple(row.scopes), row.description, row.created_at, row.expires_at, row.revoked_at)
+
+
+def create_key(
+    sessions: Sessions, scopes: list[str], expires_at: datetime | None = None, description: str = "", key: str | None = None
+) -> tuple[str, KeyInfo]:
+    """Create a key (or register ``key``, e.g. a deployment's bootstrap key); returns it once."""
+    unknown = sorted(set(scopes) - set(SCOPES))
+    if unknown or not scopes:
+        raise ValueError(f"scopes must be among {', '.join(SCOPES)}; got {', '.join(scopes) or 'none'}")
+    if key is None:
+        key = f"{PREFIX}{secrets.token_hex(4)}_{secrets.token_urlsafe(32)}"
+    key_id = split_key(key)
+    if key_id is None:
+        raise ValueError(f"a key reads {PREFIX}<key id>_<secret>")
+    row = ApiKeyRow(
+        key_id=key_id,
+        key_sha256=_digest(key),
+        scopes=sorted(set(scopes)),
+        description=description,
+        created_at=utcnow(),
+        expires_at=expires_at,
+    )
+    with transaction(sessions) as session:
+        session.add(row)
+        session.flush()
+        return key, _info(row)
+
+
+def ensure_key(sessions: Sessions, key: str, scopes: list[str], description: str) -> None:
+    """Register ``key`` unless a key with its id exists (idempotent across restarts and replicas)."""
+    key_id = split_key(key)
+    with transaction(sessions) as session:
+        if session.scalar(select(ApiKeyRow.id).where(ApiKeyRow.key_id == key_id)) is not None:
+            return
+    try:
+        create_key(sessions, scopes, description=description, key=key)
+    except Exception:
+        # Another replica registered it at the same moment: that is the same key.
+        with transaction(sessions) as session:
+            if session.scalar(select(ApiKeyRow.id).where(ApiKeyRow.key_id == key_id)) is None:
+                raise
+
+
+def list_keys(sessions: Sessions) -> list[KeyInfo]:
+    with transaction(sessions) as session:
+        return [_info(row) for row in session.scalars(select(ApiKeyRow).order_by(ApiKeyRow.id))]
+
+
+def revoke_key(sessions: Sessions, key_id: str) -> KeyInfo:
+    with transaction(sessions) as session:
+        row = session.scalars(select(ApiKeyRow).where(ApiKeyRow.key_id == key_id)).one_or_none()
+        if row is None:
+            raise KeyNotFound(key_id)
+        if row.revoked_at is None:
+            row.revoked_at = utcnow()
+        session.flush()
+        return _info(row)
+
+
+class KeyRing:
+    """This process's copy of the keys, refreshed by polling, so requests are checked in memory.
+
+    Auth is on whenever any key exists (revoked and expired ones included:
+    revoking the last key must not open the service).
+    """
+
+    def __init__(self, sessions: Sessions):
+        self._sessions = sessions
+        self._lock = threading.Lock()
+        self._digests: dict[str, tuple[str, KeyInfo]] = {}
+
+    def refresh(self) -> None:
+        with transaction(self._sessions) as session:
+            rows = session.scalars(select(ApiKeyRow)).all()
+            digests = {row.key_id: (row.key_sha256, _info(row)) for row in rows}
+        with self._lock:
+            self._digests = digests
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._digests)
+
+    def check(self, key: str, now: datetime | None = None) -> KeyInfo | None:
+        """The key's info if it is known, active and matches; else None."""
+        key_id = split_key(key)
+        entry = self._digests.get(key_id) if key_id else None
+        if entry is None:
+            return None
+        digest, info = entry
+        if not hmac.compare_digest(digest, _digest(key)) or not info.active(now or utcnow()):
+            return None
+        return info
+
+    def note(self, info: KeyInfo, digest: str | None = None) -> None:
+        """Apply this process's own change at once (creation or revocation)."""
+        with self._lock:
+            current = self._digests.get(info.key_id)
+            self._digests = {**self._digests, info.key_id: (digest or current[0], info)}
+
+    @staticmethod
+    def digest(key: str) -> str:
+        return _digest(key)
