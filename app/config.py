@@ -21,6 +21,11 @@ class Settings(BaseSettings):
     #: Memory budget of the in-process cache of loaded calibrators, in bytes.
     calibrator_cache_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
 
+    #: Worker processes that run fits (at lower priority); 0 fits in a thread of the serving process.
+    fit_workers: int = Field(default=1, ge=0)
+    #: A fit running longer than this is stopped (its worker is killed and replaced).
+    fit_timeout_seconds: float = Field(default=600, gt=0)
+
     #: How long a prediction logged by /calibrate (with ``ids``) can receive feedback by id
     #: (seconds, or ISO 8601 such as P7D).
     prediction_ttl: timedelta = timedelta(days=7)

@@ -12,6 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from . import __version__
 from .api import calibrate, calibrators, evaluate, feedback, health, keys, observability, problems
 from .api.bodies import BodySizeLimit
+from .api.calibrators.fit_pool import FitPool
 from .api.observability import PREDICTION_LOG_DROPPED, RequestMetrics, make_registry
 from .api.state import Services
 from .config import Settings, get_settings
@@ -66,7 +67,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             prediction_log=prediction_log,
             metrics_registry=make_registry(sessions),
             keyring=keyring,
+            fit_pool=FitPool(settings.fit_workers, settings.fit_timeout_seconds),
         )
+
+        app.state.services.fit_pool.start()
 
         def purge() -> None:
             feedback_store.purge(sessions, utcnow(), settings.prediction_ttl, settings.feedback_retention)
@@ -83,6 +87,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             for task in tasks:
                 task.cancel()
             await run_in_threadpool(prediction_log.write, prediction_log.take())
+            app.state.services.fit_pool.close()
             engine.dispose()
 
     app = FastAPI(

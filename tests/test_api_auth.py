@@ -57,7 +57,7 @@ def live(isolated_database_url):
     sessions = make_sessionmaker(make_engine(isolated_database_url))
     issued = {scope: keys.create_key(sessions, [scope])[0] for scope in SCOPES}
     with LiveServer(Settings(database_url=isolated_database_url)) as server:
-        with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {issued['admin']}"}) as http:
+        with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {issued['admin']}"}, timeout=60) as http:
             assert http.post("/calibrators", json=ROUTES["fit"][2]).status_code == 201
         yield server, issued, sessions
 
@@ -74,7 +74,7 @@ def test_every_route_against_every_credential(live, route, scope):
         headers["Authorization"] = "Bearer calibd_deadbeef_not-a-real-secret"
     elif scope is not None:
         headers["Authorization"] = f"Bearer {issued[scope]}"
-    response = httpx.request(method, server.url + path, json=body, headers=headers)
+    response = httpx.request(method, server.url + path, json=body, headers=headers, timeout=60)
     valid = scope not in (None, "wrong")
     assert response.status_code == expected_status(route, scope, valid), response.text
     if response.status_code == 401:

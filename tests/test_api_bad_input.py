@@ -173,7 +173,7 @@ def test_body_over_the_limit_is_refused_before_it_is_read(database_url, row_coun
     assert len(body) > limit
     before = row_counts()
     with LiveServer(Settings(database_url=database_url, max_body_bytes=limit)) as live:
-        with httpx.Client(base_url=live.url) as http:
+        with httpx.Client(base_url=live.url, timeout=60) as http:
             declared = http.post("/calibrators", content=body, headers={"content-type": "application/json"})
             assert declared.status_code == 413
             assert "10000 bytes" in declared.json()["detail"]

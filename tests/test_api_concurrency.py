@@ -33,16 +33,18 @@ def test_twenty_concurrent_fits_of_one_name_across_two_processes(server, databas
         with ThreadPoolExecutor(max_workers=20) as pool:
             versions = list(pool.map(post, range(20)))
     assert sorted(versions) == list(range(1, 21))
-    with httpx.Client(base_url=server.url) as http:
+    with httpx.Client(base_url=server.url, timeout=60) as http:
         detail = http.get(f"/calibrators/{name}").json()
     assert detail["latest_version"] == 20
     assert [v["version"] for v in detail["versions"]] == list(range(1, 21))
 
 
 def test_a_promotion_reaches_another_process_within_a_second(server, database_url, name):
-    with LiveServer(Settings(database_url=database_url)) as other, httpx.Client(base_url=server.url) as a, httpx.Client(
-        base_url=other.url
-    ) as b:
+    with (
+        LiveServer(Settings(database_url=database_url)) as other,
+        httpx.Client(base_url=server.url, timeout=60) as a,
+        httpx.Client(base_url=other.url, timeout=60) as b,
+    ):
         assert a.post("/calibrators", json=fit_body(name, 1)).status_code == 201
         assert a.post("/calibrators", json=fit_body(name, 2) | {"promote": False}).status_code == 201
 

@@ -94,7 +94,7 @@ def test_an_idempotent_retry_is_counted_once(client, name):
 
 def test_expired_predictions_are_reported(database_url, name):
     with LiveServer(Settings(database_url=database_url, prediction_ttl=timedelta(seconds=1))) as live:
-        with httpx.Client(base_url=live.url) as http:
+        with httpx.Client(base_url=live.url, timeout=60) as http:
             fit(http, name)
             http.post("/calibrate", json={"calibrator": name, "scores": [0.3], "ids": ["old"]})
             time.sleep(1.5)

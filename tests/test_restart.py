@@ -43,7 +43,7 @@ def test_restart_serves_identical_probabilities(database_url, name):
     try:
         url = f"http://127.0.0.1:{port}"
         body = {"name": name, "method": "platt", "holdout": {"scores": scores.tolist(), "labels": labels.tolist()}}
-        assert httpx.post(f"{url}/calibrators", json=body).status_code == 201
+        assert httpx.post(f"{url}/calibrators", json=body, timeout=60).status_code == 201
         first = httpx.post(f"{url}/calibrate", json=query).json()
     finally:
         process.terminate()

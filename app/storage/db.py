@@ -5,18 +5,25 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import orjson
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 
 def make_engine(url: str) -> Engine:
     """An engine with the settings calibd relies on for each backend."""
+    # orjson: stored parameters can hold large arrays.
+    json = {"json_serializer": _dumps, "json_deserializer": orjson.loads}
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, **json)
         _configure_sqlite(engine)
         return engine
     # pre_ping replaces connections that died while the database restarted.
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=10)
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=10, **json)
+
+
+def _dumps(value) -> str:
+    return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY).decode()
 
 
 def _configure_sqlite(engine: Engine) -> None:

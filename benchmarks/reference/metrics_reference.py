@@ -4,7 +4,7 @@ Run in a scratch environment that has the reference packages (the test suite
 does not need them):
 
     python3 -m venv /tmp/metrics-ref
-    /tmp/metrics-ref/bin/pip install torch netcal==1.4.0 relplot==1.0.3 uncertainty-calibration==0.1.4 scikit-learn
+    /tmp/metrics-ref/bin/pip install torch==2.13.0 netcal==1.4.0 relplot==1.0.3 uncertainty-calibration==0.1.4 scikit-learn
     /tmp/metrics-ref/bin/python benchmarks/reference/metrics_reference.py
 
 It builds fixed arrays (from a seed, or from an exact arithmetic recipe for

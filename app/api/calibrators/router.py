@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from ...calibration import CalibrationInputError, fit_calibrator
 from ...storage import repository
 from ...storage.repository import CalibratorInfo, VersionInfo
+from ..auth import REQUIRE_ADMIN, REQUIRE_READ
 from ..bodies import media_type, parse_json_object, require_json
 from ..observability import FIT_DURATION
-from ..problems import Problem, input_error
+from ..problems import Problem
 from ..state import services
 from ..validation import NAME_PATTERN, json_response, request_body, validate
+from .fit_pool import FitJob
 from .schemas import (
     CalibratorOut,
     CalibratorPage,
@@ -27,8 +27,7 @@ from .schemas import (
     VersionDetailOut,
     VersionOut,
 )
-from .upload import csv_input_error, read_upload
-from ..auth import REQUIRE_ADMIN, REQUIRE_READ
+from .upload import read_form
 
 router = APIRouter(tags=["calibrators"])
 
@@ -85,48 +84,16 @@ _LIST_FIELDS = {"version", "current", "method", "input", "n_classes", "n_samples
 async def create_calibrator(request: Request) -> Response:
     kind = media_type(request.headers)
     if kind == "multipart/form-data":
-        fit, holdout = await read_upload(request)
-        to_problem = csv_input_error
+        fields, file = await read_form(request)
+        job = FitJob(fields=fields, file=file)
     elif kind in ("application/json", "") or kind.endswith("+json"):
-        fit = validate(FitRequest, parse_json_object(await request.body()))
-        holdout = {key: getattr(fit.holdout, key) for key in ("scores", "labels", "sample_weight", "classes")}
-        holdout |= fit.holdout.model_extra or {}
-
-        def to_problem(error: CalibrationInputError) -> Problem:
-            return input_error(error, ("holdout",))
+        job = FitJob(body=await request.body())
     else:
         raise Problem(415, f"send application/json or multipart/form-data, not {kind}")
-
-    started = time.perf_counter()
-    scores, labels, sample_weight, classes = (
-        holdout.pop(key, None) for key in ("scores", "labels", "sample_weight", "classes")
-    )
-    try:
-        result = await run_in_threadpool(
-            lambda: fit_calibrator(
-                fit.method, fit.input, fit.options, scores, labels, sample_weight, classes=classes, arrays=holdout
-            )
-        )
-    except CalibrationInputError as error:
-        raise to_problem(error) from None
-    FIT_DURATION.labels(fit.method).observe(time.perf_counter() - started)
-
     app = services(request)
-    info = await run_in_threadpool(
-        repository.create_version,
-        app.sessions,
-        name=fit.name,
-        method=fit.method,
-        input_kind=fit.input,
-        n_classes=result.calibrator.n_classes_,
-        classes=result.classes,
-        parameters=result.calibrator.to_dict(),
-        summary=result.summary,
-        holdout_sha256=result.holdout_sha256,
-        n_samples=result.n_samples,
-        fit_seconds=result.fit_seconds,
-        promote=fit.promote,
-    )
+    fitted = await app.fit_pool.fit(job)
+    FIT_DURATION.labels(fitted["method"]).observe(fitted.pop("elapsed_seconds"))
+    info = await run_in_threadpool(lambda: repository.create_version(app.sessions, **fitted))
     app.store.stored(info)
     location = f"/calibrators/{info.name}/versions/{info.version}"
     return json_response(version_out(info), 201, headers={"Location": location})

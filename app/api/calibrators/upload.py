@@ -94,22 +94,27 @@ def parse_npz(content: bytes) -> dict[str, Any]:
     return arrays
 
 
-async def read_upload(request: Request) -> tuple[FitRequest, dict[str, Any]]:
-    """The fit request and holdout arrays of a multipart CSV upload."""
+async def read_form(request: Request) -> tuple[dict[str, str], bytes]:
+    """The text fields and the file of a multipart upload, read as it streams in."""
     async with request.form(max_files=1, max_fields=16) as form:
         fields = {key: value for key, value in form.items() if not isinstance(value, UploadFile)}
         upload = form.get("file")
         if not isinstance(upload, UploadFile):
-            raise Problem.invalid("/file", "a CSV file is required in the 'file' field")
+            raise Problem.invalid("/file", "a CSV or .npz file is required in the 'file' field")
         content = await upload.read()
+    return fields, content
+
+
+def parse_upload(fields: dict[str, str], content: bytes) -> tuple[FitRequest, dict[str, Any]]:
+    """The fit request and holdout arrays of an upload's fields and file."""
+    fields = dict(fields)
     options = parse_json(fields.pop("options", "{}").encode() or b"{}")
     unknown = set(fields) - {"name", "method", "input", "promote"}
     if unknown:
         raise Problem.invalid(f"/{sorted(unknown)[0]}", "unknown field")
     holdout = parse_npz(content) if content[:4] == b"PK\x03\x04" else parse_csv(content)
     envelope = {**fields, "options": options, "holdout": {"scores": [0], "labels": [0]}}
-    request_model = validate(FitRequest, envelope)
-    return request_model, holdout
+    return validate(FitRequest, envelope), holdout
 
 
 def csv_input_error(error: CalibrationInputError) -> Problem:
@@ -124,4 +129,4 @@ def csv_input_error(error: CalibrationInputError) -> Problem:
     return Problem.invalid("/file", f"{where}: {error.detail}")
 
 
-__all__ = ["Holdout", "csv_input_error", "parse_csv", "read_upload"]
+__all__ = ["Holdout", "csv_input_error", "parse_csv", "parse_upload", "read_form"]

@@ -1,0 +1,149 @@
+"""Fits run in worker processes, so that a large fit never stalls /calibrate.
+
+The main process only reads the request body; parsing, validation, fitting
+and the cross-fitted summary all happen in a worker process at lower CPU
+priority (``nice``), which returns plain data: the stored parameters and
+summary, or the problem to answer with. A fit that runs past
+CALIBD_FIT_TIMEOUT_SECONDS is killed with its worker, which is replaced; so
+is a worker that dies (out of memory, say), without taking the service down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Any
+
+from ...calibration import CalibrationInputError, fit_calibrator
+from ..bodies import parse_json_object
+from ..problems import Problem, input_error
+from ..validation import validate
+from .schemas import FitRequest
+from .upload import csv_input_error, parse_upload
+
+
+@dataclass(frozen=True)
+class FitJob:
+    """What a worker needs: the raw JSON body, or an upload's fields and file."""
+
+    body: bytes | None = None
+    fields: dict[str, str] | None = None
+    file: bytes | None = None
+
+
+def run_fit(job: FitJob) -> dict[str, Any]:
+    """Parse, validate and fit (in a worker). Returns {"result": ...} or {"problem": ...}."""
+    try:
+        if job.body is not None:
+            fit = validate(FitRequest, parse_json_object(job.body))
+            holdout = {key: getattr(fit.holdout, key) for key in ("scores", "labels", "sample_weight", "classes")}
+            holdout |= fit.holdout.model_extra or {}
+
+            def to_problem(error: CalibrationInputError) -> Problem:
+                return input_error(error, ("holdout",))
+        else:
+            fit, holdout = parse_upload(job.fields or {}, job.file or b"")
+            to_problem = csv_input_error
+        scores, labels, sample_weight, classes = (
+            holdout.pop(key, None) for key in ("scores", "labels", "sample_weight", "classes")
+        )
+        started = time.perf_counter()
+        try:
+            result = fit_calibrator(
+                fit.method, fit.input, fit.options, scores, labels, sample_weight, classes=classes, arrays=holdout
+            )
+        except CalibrationInputError as error:
+            raise to_problem(error) from None
+        return {
+            "result": {
+                "name": fit.name,
+                "method": fit.method,
+                "input_kind": fit.input,
+                "promote": fit.promote,
+                "n_classes": result.calibrator.n_classes_,
+                "classes": result.classes,
+                "parameters": result.calibrator.to_dict(),
+                "summary": result.summary,
+                "holdout_sha256": result.holdout_sha256,
+                "n_samples": result.n_samples,
+                "fit_seconds": result.fit_seconds,
+                "elapsed_seconds": time.perf_counter() - started,
+            }
+        }
+    except Problem as problem:
+        return {"problem": {"status": problem.status, "detail": problem.detail, "errors": problem.errors}}
+
+
+def _ready() -> bool:
+    return True
+
+
+def _lower_priority() -> None:
+    try:
+        os.nice(10)
+    except OSError:  # not permitted here: run at normal priority
+        pass
+
+
+class FitPool:
+    """A pool of fit worker processes. ``workers=0`` fits in a thread of this process instead."""
+
+    def __init__(self, workers: int, timeout_seconds: float):
+        self.workers = workers
+        self.timeout_seconds = timeout_seconds
+        self._executor: ProcessPoolExecutor | None = None
+
+    def start(self) -> None:
+        """Start the workers now (in the background), so that the first fit does not wait for them."""
+        if self.workers:
+            self._pool().submit(_ready)
+
+    def _pool(self) -> ProcessPoolExecutor:
+        if self._executor is None:
+            self._executor = ProcessPoolExecutor(
+                max_workers=self.workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_lower_priority,
+            )
+        return self._executor
+
+    async def fit(self, job: FitJob) -> dict[str, Any]:
+        """The fit's result; raises Problem for bad input, a timeout or a crashed worker."""
+        if self.workers == 0:
+            outcome = await asyncio.wait_for(asyncio.to_thread(run_fit, job), self.timeout_seconds)
+        else:
+            future = self._pool().submit(run_fit, job)
+            try:
+                outcome = await asyncio.wait_for(asyncio.wrap_future(future), self.timeout_seconds)
+            except asyncio.TimeoutError:
+                self._restart()
+                raise Problem(
+                    503, f"the fit took longer than {self.timeout_seconds:g} s (CALIBD_FIT_TIMEOUT_SECONDS) and was stopped"
+                ) from None
+            except BrokenProcessPool:
+                self._restart()
+                raise Problem(503, "the fit worker stopped unexpectedly (out of memory?); try a smaller holdout",
+                              headers={"Retry-After": "5"}) from None
+        if "problem" in outcome:
+            problem = outcome["problem"]
+            raise Problem(problem["status"], problem["detail"], problem["errors"])
+        return outcome["result"]
+
+    def _restart(self) -> None:
+        """Kill the workers (a timed-out fit cannot be cancelled otherwise) and start afresh on next use."""
+        executor, self._executor = self._executor, None
+        if executor is None:
+            return
+        for process in list(getattr(executor, "_processes", {}).values()):
+            process.kill()
+        executor.shutdown(wait=False, cancel_futures=True)
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
