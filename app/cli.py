@@ -38,7 +38,15 @@ def _serve(args: argparse.Namespace) -> int:
         print("calibd: no API keys exist: auth is off (loopback only)", file=sys.stderr)
     engine.dispose()
     print(f"calibd {__version__} on http://{host}:{args.port} (database: {engine.url.render_as_string()})", file=sys.stderr)
-    uvicorn.run("app.main:create_app", factory=True, host=host, port=args.port, workers=args.workers, log_level="info")
+    uvicorn.run(
+        "app.main:create_app",
+        factory=True,
+        host=host,
+        port=args.port,
+        workers=args.workers,
+        log_config=None,  # app.main configures JSON logs in every worker
+        access_log=False,
+    )
     return 0
 
 

@@ -16,10 +16,18 @@ class Settings(BaseSettings):
     database_url: str = "sqlite:///./calibd.db"
     #: Largest request body accepted, in bytes; larger ones get 413 before they are read.
     max_body_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    #: Most scores one /calibrate request may carry.
+    max_batch_scores: int = Field(default=1_000_000, gt=0)
+    #: Most rows a holdout may have (methods may allow fewer; the error says which limit applies).
+    max_holdout_rows: int = Field(default=5_000_000, gt=0)
     #: How often each process checks the database for promotions made by other processes.
     version_poll_seconds: float = Field(default=0.5, gt=0)
     #: Memory budget of the in-process cache of loaded calibrators, in bytes.
     calibrator_cache_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
+
+    #: Logs as JSON lines with request ids (false: leave logging to the host application).
+    json_logs: bool = True
+    log_level: str = "INFO"
 
     #: Worker processes that run fits (at lower priority); 0 fits in a thread of the serving process.
     fit_workers: int = Field(default=1, ge=0)

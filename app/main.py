@@ -12,6 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from . import __version__
 from .api import calibrate, calibrators, evaluate, feedback, health, keys, observability, problems
 from .api.bodies import BodySizeLimit
+from .api.logs import RequestContext, configure_logging
 from .api.calibrators.fit_pool import FitPool
 from .api.observability import PREDICTION_LOG_DROPPED, RequestMetrics, make_registry
 from .api.state import Services
@@ -19,7 +20,7 @@ from .config import Settings, get_settings
 from .storage import feedback as feedback_store
 from .storage.cache import CalibratorStore
 from .storage.db import make_engine, make_sessionmaker
-from .storage.keys import KeyRing, ensure_key
+from .storage.keys import KeyRing
 from .storage.models import utcnow
 from .storage.prediction_log import PredictionLog
 
@@ -46,6 +47,8 @@ async def _flush_prediction_log(log: PredictionLog, seconds: float) -> None:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
+    if settings.json_logs:
+        configure_logging(settings.log_level)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -55,10 +58,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         prediction_log = PredictionLog(
             sessions, settings.prediction_log_queue, lambda name, n: PREDICTION_LOG_DROPPED.labels(name).inc(n)
         )
-        keyring = KeyRing(sessions)
-        if settings.bootstrap_admin_key:
-            await run_in_threadpool(ensure_key, sessions, settings.bootstrap_admin_key, ["admin"], "bootstrap admin key")
-        await run_in_threadpool(keyring.refresh)
+        keyring = KeyRing(sessions, settings.bootstrap_admin_key)
+        try:
+            await run_in_threadpool(keyring.refresh)
+        except Exception as error:  # start anyway: cached calibrators can be served once loaded
+            logger.warning("could not read API keys at start (retrying): %s", error)
         app.state.services = Services(
             settings=settings,
             engine=engine,
@@ -101,4 +105,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(module.router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics)
+    app.add_middleware(RequestContext)
     return app

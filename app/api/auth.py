@@ -23,6 +23,8 @@ def require(scope: str):
 
     async def check(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> KeyInfo | None:
         ring = services(request).keyring
+        if not ring.loaded:  # fail closed: the database was away since start
+            raise Problem(503, "API keys could not be read yet (database unavailable)", headers={"Retry-After": "5"})
         if not ring.enabled:
             return None
         challenge = {"WWW-Authenticate": "Bearer"}

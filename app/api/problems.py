@@ -12,6 +12,7 @@ from http import HTTPStatus
 from typing import Any
 
 import orjson
+import sqlalchemy.exc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -129,6 +130,15 @@ def install(app: FastAPI) -> None:
     async def on_cursor(_request: Request, exc: InvalidCursor) -> Response:
         detail = "not a cursor issued by this service"
         return problem_response(422, f"/query/cursor: {detail}", [{"pointer": "/query/cursor", "detail": detail}])
+
+    @app.exception_handler(sqlalchemy.exc.OperationalError)
+    @app.exception_handler(sqlalchemy.exc.InterfaceError)
+    @app.exception_handler(sqlalchemy.exc.TimeoutError)
+    async def on_database_unavailable(request: Request, exc: Exception) -> Response:
+        logger.warning("database unavailable on %s %s: %s", request.method, request.url.path, exc)
+        return problem_response(
+            503, "the database is unavailable; nothing was recorded, retry shortly", headers={"Retry-After": "5"}
+        )
 
     @app.exception_handler(Exception)
     async def on_unexpected(request: Request, exc: Exception) -> Response:

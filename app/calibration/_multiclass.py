@@ -68,7 +68,8 @@ def one_vs_rest_logits(z: np.ndarray) -> np.ndarray:
     total = e.sum(axis=1)
     log_total = np.log(total)
     log_p = z - m[:, None] - log_total[:, None]
-    out = log_p - np.log1p(-np.exp(log_p))
+    with np.errstate(divide="ignore"):  # the top entries (p may round to 1) are replaced below
+        out = log_p - np.log1p(-np.exp(log_p))
     rest = total - 1.0  # the top entry contributes exactly e^0 = 1
     # rest can be 0 (one class infinitely ahead); floor it like a probability.
     out[rows, top] = -np.log(np.maximum(rest, EPS))

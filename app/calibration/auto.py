@@ -35,6 +35,8 @@ class AutoCalibrator(Calibrator):
     """
 
     method = "auto"
+    # Every candidate is cross-validated, and the summary cross-fits the whole choice.
+    max_samples = 1_000_000
     fitted_attributes = ("chosen_", "cv_log_loss_", "calibrator_")
 
     def __init__(self, input: str = "probability", candidates: list[str] | None = None, n_splits: int = 5, seed: int = 0):
@@ -61,7 +63,8 @@ class AutoCalibrator(Calibrator):
                 raise CalibrationInputError("options.candidates", "must be a non-empty list of method names")
             methods = _registry()
             for i, name in enumerate(self.candidates):
-                if name not in methods or name == "auto":
+                takes_scores_alone = name in methods and not any(s.required for s in methods[name].fit_arrays.values())
+                if name not in methods or name == "auto" or not takes_scores_alone:
                     known = ", ".join(n for n in DEFAULT_CANDIDATES)
                     raise CalibrationInputError("options.candidates", f"unknown candidate {name!r} (known: {known})", (i,))
         if not isinstance(self.n_splits, int) or isinstance(self.n_splits, bool) or not 2 <= self.n_splits <= 20:

@@ -201,6 +201,8 @@ class Calibrator:
     tasks: ClassVar[tuple[str, ...]] = ("binary",)
     #: The smallest holdout this method will fit.
     min_samples: ClassVar[int] = 10
+    #: The largest holdout this method will fit (a service may set a lower limit).
+    max_samples: ClassVar[int] = 10_000_000
     #: Learned attributes, saved by ``to_dict``.
     fitted_attributes: ClassVar[tuple[str, ...]] = ()
     #: True when the output is a non-decreasing function of the score.
@@ -274,9 +276,19 @@ class Calibrator:
         return self
 
     def check_holdout_arrays(
-        self, scores: Any, labels: Any, sample_weight: Any = None, classes: list[Any] | None = None
+        self,
+        scores: Any,
+        labels: Any,
+        sample_weight: Any = None,
+        classes: list[Any] | None = None,
+        max_samples: int | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[Any] | None]:
         """Validated (scores, integer labels, weights, class names) for a fit."""
+        limit = min(self.max_samples, max_samples or self.max_samples)
+        if hasattr(scores, "__len__") and len(scores) > limit:
+            raise CalibrationInputError(
+                "scores", f"{len(scores)} rows is more than {self.method} fits here (at most {limit})"
+            )
         scores = check_scores(scores, self.input, self.tasks)
         n_classes = n_classes_of(scores, self.tasks)
         labels, names = encode_labels(labels, scores.shape[0], n_classes, classes)

@@ -85,6 +85,7 @@ def fit_calibrator(
     sample_weight: Any = None,
     classes: list[Any] | None = None,
     arrays: dict[str, Any] | None = None,
+    max_samples: int | None = None,
 ) -> FitResult:
     """Fit ``method`` on the holdout and summarise it with cross-fitted metrics.
 
@@ -92,7 +93,7 @@ def fit_calibrator(
     calibrator fitted without it.
     """
     calibrator = get_method(method).from_options(input, options)
-    scores, labels, weights, names = calibrator.check_holdout_arrays(scores, labels, sample_weight, classes)
+    scores, labels, weights, names = calibrator.check_holdout_arrays(scores, labels, sample_weight, classes, max_samples)
     extras = check_arrays(arrays or {}, calibrator.fit_arrays, scores.shape[0])
     started = time.perf_counter()
     calibrator._fit(scores, labels, weights, **extras)

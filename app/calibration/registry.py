@@ -7,6 +7,7 @@ from typing import Any
 from .angular import AngularCalibrator
 from .auto import AutoCalibrator
 from .base import Calibrator, CalibrationInputError
+from .bernstein import BernsteinCalibrator
 from .beta import BetaCalibrator
 from .histogram import HistogramCalibrator
 from .isotonic import IsotonicCalibrator
@@ -37,6 +38,7 @@ METHODS: dict[str, type[Calibrator]] = {
         TopLabelHistogramCalibrator,
         SelectiveCalibrator,
         AngularCalibrator,
+        BernsteinCalibrator,
         AutoCalibrator,
     )
 }

@@ -122,17 +122,25 @@ class KeyRing:
     revoking the last key must not open the service).
     """
 
-    def __init__(self, sessions: Sessions):
+    def __init__(self, sessions: Sessions, bootstrap_admin_key: str | None = None):
         self._sessions = sessions
+        self._bootstrap = bootstrap_admin_key
         self._lock = threading.Lock()
         self._digests: dict[str, tuple[str, KeyInfo]] = {}
+        #: False until the keys were read once: until then nothing is let through.
+        self.loaded = False
 
     def refresh(self) -> None:
+        """Register the bootstrap key if still needed, then reread every key."""
+        if self._bootstrap:
+            ensure_key(self._sessions, self._bootstrap, ["admin"], "bootstrap admin key")
+            self._bootstrap = None
         with transaction(self._sessions) as session:
             rows = session.scalars(select(ApiKeyRow)).all()
             digests = {row.key_id: (row.key_sha256, _info(row)) for row in rows}
         with self._lock:
             self._digests = digests
+            self.loaded = True
 
     @property
     def enabled(self) -> bool:

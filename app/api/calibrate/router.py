@@ -37,6 +37,9 @@ async def calibrate(request: Request) -> Response:
     data = parse_json_object(await request.body())
     name, version, scores, ids, arrays = _envelope(data)
     app = services(request)
+    if isinstance(scores, list) and len(scores) > app.settings.max_batch_scores:
+        limit = app.settings.max_batch_scores
+        raise Problem.invalid("/scores", f"{len(scores)} scores is more than one request may carry ({limit}, CALIBD_MAX_BATCH_SCORES)")
     loaded = app.store.get(name, version) or await run_in_threadpool(app.store.load, name, version)
     try:
         probabilities, extras = loaded.calibrator.predict_details(scores, **arrays)

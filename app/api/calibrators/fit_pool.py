@@ -14,7 +14,7 @@ import asyncio
 import multiprocessing
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +24,7 @@ from ..bodies import parse_json_object
 from ..problems import Problem, input_error
 from ..validation import validate
 from .schemas import FitRequest
-from .upload import csv_input_error, parse_upload
+from .upload import parse_upload
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,7 @@ class FitJob:
     body: bytes | None = None
     fields: dict[str, str] | None = None
     file: bytes | None = None
+    max_samples: int | None = None
 
 
 def run_fit(job: FitJob) -> dict[str, Any]:
@@ -47,15 +48,15 @@ def run_fit(job: FitJob) -> dict[str, Any]:
             def to_problem(error: CalibrationInputError) -> Problem:
                 return input_error(error, ("holdout",))
         else:
-            fit, holdout = parse_upload(job.fields or {}, job.file or b"")
-            to_problem = csv_input_error
+            fit, holdout, to_problem = parse_upload(job.fields or {}, job.file or b"")
         scores, labels, sample_weight, classes = (
             holdout.pop(key, None) for key in ("scores", "labels", "sample_weight", "classes")
         )
         started = time.perf_counter()
         try:
             result = fit_calibrator(
-                fit.method, fit.input, fit.options, scores, labels, sample_weight, classes=classes, arrays=holdout
+                fit.method, fit.input, fit.options, scores, labels, sample_weight,
+                classes=classes, arrays=holdout, max_samples=job.max_samples,
             )
         except CalibrationInputError as error:
             raise to_problem(error) from None
@@ -83,10 +84,18 @@ def _ready() -> bool:
     return True
 
 
-def _lower_priority() -> None:
+def _init_worker() -> None:
+    """Run fits at lower CPU priority, and die with the serving process (Linux)."""
     try:
         os.nice(10)
     except OSError:  # not permitted here: run at normal priority
+        pass
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the pool's own shutdown stops the workers
         pass
 
 
@@ -97,19 +106,21 @@ class FitPool:
         self.workers = workers
         self.timeout_seconds = timeout_seconds
         self._executor: ProcessPoolExecutor | None = None
+        self._started: Future | None = None
 
     def start(self) -> None:
         """Start the workers now (in the background), so that the first fit does not wait for them."""
         if self.workers:
-            self._pool().submit(_ready)
+            self._pool()
 
     def _pool(self) -> ProcessPoolExecutor:
         if self._executor is None:
             self._executor = ProcessPoolExecutor(
                 max_workers=self.workers,
                 mp_context=multiprocessing.get_context("spawn"),
-                initializer=_lower_priority,
+                initializer=_init_worker,
             )
+            self._started = self._executor.submit(_ready)
         return self._executor
 
     async def fit(self, job: FitJob) -> dict[str, Any]:
@@ -117,8 +128,11 @@ class FitPool:
         if self.workers == 0:
             outcome = await asyncio.wait_for(asyncio.to_thread(run_fit, job), self.timeout_seconds)
         else:
-            future = self._pool().submit(run_fit, job)
+            pool = self._pool()
             try:
+                # A worker's start (imports take seconds) does not count against the fit's time.
+                await asyncio.wrap_future(self._started)
+                future = pool.submit(run_fit, job)
                 outcome = await asyncio.wait_for(asyncio.wrap_future(future), self.timeout_seconds)
             except asyncio.TimeoutError:
                 self._restart()
@@ -139,11 +153,10 @@ class FitPool:
         executor, self._executor = self._executor, None
         if executor is None:
             return
-        for process in list(getattr(executor, "_processes", {}).values()):
+        for process in list((getattr(executor, "_processes", None) or {}).values()):
             process.kill()
         executor.shutdown(wait=False, cancel_futures=True)
 
     def close(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
+        """Stop the workers; a fit still running was never acknowledged, so nothing is lost."""
+        self._restart()

@@ -83,14 +83,15 @@ _LIST_FIELDS = {"version", "current", "method", "input", "n_classes", "n_samples
 )
 async def create_calibrator(request: Request) -> Response:
     kind = media_type(request.headers)
+    app = services(request)
+    limit = app.settings.max_holdout_rows
     if kind == "multipart/form-data":
         fields, file = await read_form(request)
-        job = FitJob(fields=fields, file=file)
+        job = FitJob(fields=fields, file=file, max_samples=limit)
     elif kind in ("application/json", "") or kind.endswith("+json"):
-        job = FitJob(body=await request.body())
+        job = FitJob(body=await request.body(), max_samples=limit)
     else:
         raise Problem(415, f"send application/json or multipart/form-data, not {kind}")
-    app = services(request)
     fitted = await app.fit_pool.fit(job)
     FIT_DURATION.labels(fitted["method"]).observe(fitted.pop("elapsed_seconds"))
     info = await run_in_threadpool(lambda: repository.create_version(app.sessions, **fitted))

@@ -10,6 +10,7 @@ with ``allow_pickle=False``: an upload can never run code.
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -105,28 +106,43 @@ async def read_form(request: Request) -> tuple[dict[str, str], bytes]:
     return fields, content
 
 
-def parse_upload(fields: dict[str, str], content: bytes) -> tuple[FitRequest, dict[str, Any]]:
-    """The fit request and holdout arrays of an upload's fields and file."""
+def parse_upload(fields: dict[str, str], content: bytes) -> tuple[FitRequest, dict[str, Any], Callable]:
+    """The fit request, holdout arrays, and the locator of errors in the file, of an upload."""
     fields = dict(fields)
     options = parse_json(fields.pop("options", "{}").encode() or b"{}")
     unknown = set(fields) - {"name", "method", "input", "promote"}
     if unknown:
         raise Problem.invalid(f"/{sorted(unknown)[0]}", "unknown field")
-    holdout = parse_npz(content) if content[:4] == b"PK\x03\x04" else parse_csv(content)
+    is_npz = content[:4] == b"PK\x03\x04"
+    holdout = parse_npz(content) if is_npz else parse_csv(content)
     envelope = {**fields, "options": options, "holdout": {"scores": [0], "labels": [0]}}
-    return validate(FitRequest, envelope), holdout
+    return validate(FitRequest, envelope), holdout, npz_input_error if is_npz else csv_input_error
 
 
 def csv_input_error(error: CalibrationInputError) -> Problem:
-    """Locate a core validation error in the uploaded file (the header is line 1)."""
+    """Locate a core validation error in an uploaded CSV (the header is line 1)."""
     column = {"scores": "score", "labels": "label", "sample_weight": "weight"}.get(error.field)
     if column is None:
-        where = error.field.replace(".", "/") + "".join(f"/{i}" for i in error.index or ())
-        if "." not in error.field and error.field not in ("input", "method", "classes"):
-            where = f"file/{where}"  # an extra array of an .npz upload
-        return Problem.invalid("/" + where, error.detail)
+        return _outside_file(error) or npz_input_error(error)
     where = f"line {error.index[0] + 2}, column {column}" if error.index else f"column {column}"
     return Problem.invalid("/file", f"{where}: {error.detail}")
 
 
-__all__ = ["Holdout", "csv_input_error", "parse_csv", "parse_upload", "read_form"]
+def npz_input_error(error: CalibrationInputError) -> Problem:
+    """Locate a core validation error in an uploaded .npz archive: /file/<array>/<index>."""
+    problem = _outside_file(error)
+    if problem is not None:
+        return problem
+    where = "/file/" + error.field + "".join(f"/{i}" for i in error.index or ())
+    return Problem.invalid(where, error.detail)
+
+
+def _outside_file(error: CalibrationInputError) -> Problem | None:
+    """Errors about the form's fields (options, input, method) point at those fields."""
+    head = error.field.partition(".")[0]
+    if head in ("options", "input", "method"):
+        return Problem.invalid("/" + error.field.replace(".", "/"), error.detail)
+    return None
+
+
+__all__ = ["Holdout", "csv_input_error", "npz_input_error", "parse_csv", "parse_upload", "read_form"]
