@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
 from . import __version__
-from .api import calibrate, calibrators, evaluate, feedback, health, keys, observability, problems
+from .api import calibrate, calibrators, evaluate, feedback, health, keys, observability, problems, reports
 from .api.bodies import BodySizeLimit
 from .api.logs import RequestContext, configure_logging
 from .api.calibrators.fit_pool import FitPool
@@ -101,7 +101,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     problems.install(app)
-    for module in (calibrators, calibrate, feedback, evaluate, keys, health, observability):
+    for module in (calibrators, calibrate, feedback, evaluate, reports, keys, health, observability):
         app.include_router(module.router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics)

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..metrics import brier, ece, log_loss
+from ..metrics import brier, ece, evaluate, log_loss
 from .base import Calibrator, check_arrays, n_classes_of, to_probability
 from .crossfit import cross_val_predict_details
 from .registry import get_method
@@ -102,9 +102,16 @@ def fit_calibrator(
     out_of_fold, out_of_fold_extras = cross_val_predict_details(
         calibrator, scores, labels, weights, CROSS_FIT_SPLITS, CROSS_FIT_SEED, arrays=extras
     )
+    raw = raw_probabilities(scores, input, calibrator)
+    given_weights = None if sample_weight is None else weights
     summary = {
-        "before": summary_metrics(raw_probabilities(scores, input, calibrator), labels, weights),
-        "after": summary_metrics(out_of_fold, labels, weights),
+        "before": summary_metrics(raw, labels, given_weights),
+        "after": summary_metrics(out_of_fold, labels, given_weights),
+        # Every metric and the reliability diagram, as POST /evaluate gives them, for reports.
+        "holdout": {
+            "before": evaluate(raw, labels, given_weights),
+            "after": evaluate(out_of_fold, labels, given_weights),
+        },
         "cross_fit": {"n_splits": CROSS_FIT_SPLITS, "seed": CROSS_FIT_SEED},
         "fit": calibrator.fit_info(),
         **calibrator.cross_fit_summary(out_of_fold, out_of_fold_extras, labels, weights),
@@ -113,7 +120,7 @@ def fit_calibrator(
         calibrator=calibrator,
         summary=summary,
         n_samples=int(scores.shape[0]),
-        holdout_sha256=holdout_fingerprint(scores, labels, None if sample_weight is None else weights, extras),
+        holdout_sha256=holdout_fingerprint(scores, labels, given_weights, extras),
         fit_seconds=fit_seconds,
         classes=names,
     )

@@ -335,3 +335,22 @@ def purge(sessions: Sessions, now: datetime, prediction_ttl: timedelta, feedback
             ).rowcount,
         }
     return counts
+
+
+def hourly_history(sessions: Sessions, calibrator_id: int, version: int, hours: int, now: datetime | None = None) -> list[tuple[datetime, BinSums]]:
+    """Bin sums per hour of feedback received in the last ``hours`` hours, oldest first."""
+    now = now or utcnow()
+    with transaction(sessions) as session:
+        rows = session.execute(
+            select(MonitorBucketRow.bucket_start, MonitorBucketRow.bin, *(getattr(MonitorBucketRow, f) for f in SUM_FIELDS))
+            .where(
+                MonitorBucketRow.calibrator_id == calibrator_id,
+                MonitorBucketRow.version == version,
+                MonitorBucketRow.bucket_start > now - timedelta(hours=hours),
+            )
+            .order_by(MonitorBucketRow.bucket_start)
+        ).all()
+    by_hour: dict[datetime, list[tuple]] = defaultdict(list)
+    for bucket_start, *rest in rows:
+        by_hour[bucket_start.replace(minute=0)].append(tuple(rest))
+    return [(hour, BinSums.from_rows(group)) for hour, group in sorted(by_hour.items())]
