@@ -75,13 +75,22 @@ def monitor_snapshot(sessions: Sessions) -> list[dict]:
 
 
 class MonitorCollector:
-    """Yields the monitor gauges from the database on each scrape."""
+    """Yields the monitor gauges from the database, rereading it at most every ``max_age`` seconds
+    (several Prometheus servers, or a fast scrape interval, share one read)."""
 
-    def __init__(self, sessions: Sessions):
+    def __init__(self, sessions: Sessions, max_age: float = 2.0):
         self.sessions = sessions
+        self.max_age = max_age
+        self._snapshot: tuple[float, list[dict]] | None = None
+
+    def _read(self) -> list[dict]:
+        now = time.monotonic()
+        if self._snapshot is None or now - self._snapshot[0] > self.max_age:
+            self._snapshot = (now, monitor_snapshot(self.sessions))
+        return self._snapshot[1]
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        snapshot = monitor_snapshot(self.sessions)
+        snapshot = self._read()
         for metric, (key, help_text) in MONITOR_GAUGES.items():
             family = GaugeMetricFamily(metric, help_text, labels=["calibrator", "version", "window"])
             for entry in snapshot:
@@ -119,7 +128,12 @@ class _DefaultCollectors:
 router = APIRouter(tags=["observability"])
 
 
-@router.get("/metrics", summary="Prometheus exposition (open unless CALIBD_METRICS_REQUIRE_KEY)", response_class=Response)
+@router.get(
+    "/metrics",
+    summary="Prometheus exposition (open unless CALIBD_METRICS_REQUIRE_KEY)",
+    response_class=Response,
+    responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}}}}, 401: {}, 403: {}, 503: {}},
+)
 async def metrics(request: Request) -> Response:
     app = services(request)
     if app.settings.metrics_require_key:
