@@ -118,8 +118,11 @@ def test_drift_raises_a_latched_alarm_per_version_and_prometheus_reports_it(clie
     client.post("/feedback", json={"calibrator": name, "probabilities": p.tolist(), "labels": y.tolist()})
     assert client.get(f"/calibrators/{name}/monitor").json()["drift"]["alarm"] is True
 
-    exposition = client.get("/metrics").text
-    assert f'calibd_monitor_drift_alarm{{calibrator="{name}",version="1"}} 1.0' in exposition
+    alarm_line = f'calibd_monitor_drift_alarm{{calibrator="{name}",version="1"}} 1.0'
+    deadline = time.monotonic() + 10  # the gauges are reread from the database at most every 2 s
+    while alarm_line not in (exposition := client.get("/metrics").text):
+        assert time.monotonic() < deadline, exposition
+        time.sleep(0.2)
     assert f'calibd_monitor_ece{{calibrator="{name}",version="1",window="1h"}}' in exposition
     assert f'calibd_feedback_total{{calibrator="{name}"}}' in exposition
 
