@@ -20,6 +20,7 @@ from .config import Settings, get_settings
 from .storage import feedback as feedback_store
 from .storage.cache import CalibratorStore
 from .storage.db import make_engine, make_sessionmaker
+from .storage.jobs import sweep_interrupted
 from .storage.keys import KeyRing
 from .storage.models import utcnow
 from .storage.prediction_log import PredictionLog
@@ -84,12 +85,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             asyncio.create_task(_every(settings.version_poll_seconds, keyring.refresh, "key refresh")),
             asyncio.create_task(_flush_prediction_log(prediction_log, 0.2)),
             asyncio.create_task(_every(600, purge, "retention purge")),
+            asyncio.create_task(_every(10, lambda: sweep_interrupted(sessions), "fit job sweep")),
         ]
         try:
             yield
         finally:
             for task in tasks:
                 task.cancel()
+            await calibrators.jobs.interrupt_all(app.state.services)
             await run_in_threadpool(prediction_log.write, prediction_log.take())
             app.state.services.fit_pool.close()
             engine.dispose()
@@ -101,7 +104,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     problems.install(app)
-    for module in (calibrators, calibrate, feedback, evaluate, reports, keys, health, observability):
+    for module in (calibrators, calibrators.jobs, calibrate, feedback, evaluate, reports, keys, health, observability):
         app.include_router(module.router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics)

@@ -140,7 +140,7 @@ class RowCounter:
 
     TABLES = (
         "calibrators", "calibrator_versions", "registry_state", "predictions", "feedback",
-        "monitor_buckets", "drift_state", "idempotency_keys",
+        "monitor_buckets", "drift_state", "idempotency_keys", "fit_jobs",
     )
 
     def __init__(self, url: str):

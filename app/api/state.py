@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from fastapi import Request
@@ -29,6 +30,8 @@ class Services:
     metrics_registry: CollectorRegistry
     keyring: KeyRing
     fit_pool: FitPool
+    #: Asynchronous fits this process is running, by job id.
+    running_jobs: dict[str, asyncio.Task] = field(default_factory=dict)
 
 
 def services(request: Request) -> Services:

@@ -8,6 +8,8 @@ selection use K-fold out-of-fold predictions instead.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from .base import Calibrator
@@ -56,6 +58,7 @@ def cross_val_predict_details(
     seed: int = 0,
     folds: np.ndarray | None = None,
     arrays: dict[str, np.ndarray] | None = None,
+    on_fold: Callable[[int, int], None] | None = None,
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Out-of-fold calibrated probabilities, and per-row extras, for validated arrays.
 
@@ -86,6 +89,8 @@ def cross_val_predict_details(
             if key not in extras:
                 extras[key] = np.empty((scores.shape[0], *value.shape[1:]), dtype=value.dtype)
             extras[key][test] = value
+        if on_fold is not None:
+            on_fold(fold + 1, n_splits)
     return out, extras
 
 

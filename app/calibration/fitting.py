@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,22 +87,31 @@ def fit_calibrator(
     classes: list[Any] | None = None,
     arrays: dict[str, Any] | None = None,
     max_samples: int | None = None,
+    progress: Callable[[float, str], None] | None = None,
 ) -> FitResult:
     """Fit ``method`` on the holdout and summarise it with cross-fitted metrics.
+
+    ``progress(fraction, stage)``, if given, is called as the work advances.
 
     ``after`` comes from 5-fold out-of-fold predictions: each row is scored by a
     calibrator fitted without it.
     """
+    report = progress or (lambda fraction, stage: None)
+    report(0.0, "validating")
     calibrator = get_method(method).from_options(input, options)
     scores, labels, weights, names = calibrator.check_holdout_arrays(scores, labels, sample_weight, classes, max_samples)
     extras = check_arrays(arrays or {}, calibrator.fit_arrays, scores.shape[0])
+    report(0.05, "fitting")
     started = time.perf_counter()
     calibrator._fit(scores, labels, weights, **extras)
     calibrator.n_classes_ = n_classes_of(scores, calibrator.tasks)
     fit_seconds = time.perf_counter() - started
+    report(0.2, "cross-fitting")
     out_of_fold, out_of_fold_extras = cross_val_predict_details(
-        calibrator, scores, labels, weights, CROSS_FIT_SPLITS, CROSS_FIT_SEED, arrays=extras
+        calibrator, scores, labels, weights, CROSS_FIT_SPLITS, CROSS_FIT_SEED, arrays=extras,
+        on_fold=lambda k, n: report(0.2 + 0.65 * k / n, f"cross-fitted fold {k} of {n}"),
     )
+    report(0.85, "evaluating")
     raw = raw_probabilities(scores, input, calibrator)
     given_weights = None if sample_weight is None else weights
     summary = {

@@ -189,3 +189,24 @@ class ApiKeyRow(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class FitJobRow(Base):
+    """An asynchronous fit (POST /calibrators?async=true) and what became of it."""
+
+    __tablename__ = "fit_jobs"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    state: Mapped[str] = mapped_column(String(16))  # queued, running, succeeded, failed
+    #: The calibrator's name, once the request has been read.
+    calibrator: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    #: The process running it; it refreshes ``heartbeat_at`` while the job is alive.
+    owner: Mapped[str] = mapped_column(String(32))
+    progress: Mapped[float] = mapped_column(Float, default=0.0)
+    stage: Mapped[str] = mapped_column(String(64), default="queued")
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
+    problem: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -1,3 +1,4 @@
+from . import jobs
 from .router import router
 
-__all__ = ["router"]
+__all__ = ["jobs", "router"]

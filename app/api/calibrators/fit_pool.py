@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
+import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -35,10 +37,22 @@ class FitJob:
     fields: dict[str, str] | None = None
     file: bytes | None = None
     max_samples: int | None = None
+    #: Set for asynchronous fits: the worker reports progress under this id.
+    job_id: str | None = None
 
 
-def run_fit(job: FitJob) -> dict[str, Any]:
+# In a worker process: where progress reports go (set by the pool's initializer).
+_progress_queue: Any = None
+
+
+def run_fit(job: FitJob, progress: Callable[[float, str], None] | None = None) -> dict[str, Any]:
     """Parse, validate and fit (in a worker). Returns {"result": ...} or {"problem": ...}."""
+    if progress is None and job.job_id is not None and _progress_queue is not None:
+        queue = _progress_queue
+
+        def progress(fraction: float, stage: str) -> None:
+            queue.put((job.job_id, fraction, stage))
+
     try:
         if job.body is not None:
             fit = validate(FitRequest, parse_json_object(job.body))
@@ -56,7 +70,7 @@ def run_fit(job: FitJob) -> dict[str, Any]:
         try:
             result = fit_calibrator(
                 fit.method, fit.input, fit.options, scores, labels, sample_weight,
-                classes=classes, arrays=holdout, max_samples=job.max_samples,
+                classes=classes, arrays=holdout, max_samples=job.max_samples, progress=progress,
             )
         except CalibrationInputError as error:
             raise to_problem(error) from None
@@ -84,8 +98,11 @@ def _ready() -> bool:
     return True
 
 
-def _init_worker() -> None:
-    """Run fits at lower CPU priority, and die with the serving process (Linux)."""
+def _init_worker(progress_queue: Any = None) -> None:
+    """Run fits at lower CPU priority, report progress to ``progress_queue``, and die with
+    the serving process (Linux)."""
+    global _progress_queue
+    _progress_queue = progress_queue
     try:
         os.nice(10)
     except OSError:  # not permitted here: run at normal priority
@@ -107,6 +124,8 @@ class FitPool:
         self.timeout_seconds = timeout_seconds
         self._executor: ProcessPoolExecutor | None = None
         self._started: Future | None = None
+        #: The latest (fraction, stage) reported by each running asynchronous fit.
+        self.progress: dict[str, tuple[float, str]] = {}
 
     def start(self) -> None:
         """Start the workers now (in the background), so that the first fit does not wait for them."""
@@ -115,18 +134,36 @@ class FitPool:
 
     def _pool(self) -> ProcessPoolExecutor:
         if self._executor is None:
+            context = multiprocessing.get_context("spawn")
+            queue = context.Queue()
             self._executor = ProcessPoolExecutor(
-                max_workers=self.workers,
-                mp_context=multiprocessing.get_context("spawn"),
-                initializer=_init_worker,
+                max_workers=self.workers, mp_context=context, initializer=_init_worker, initargs=(queue,)
             )
             self._started = self._executor.submit(_ready)
+            self._queue = queue
+            threading.Thread(target=self._collect_progress, args=(queue,), daemon=True).start()
         return self._executor
+
+    def _collect_progress(self, queue: Any) -> None:
+        while True:
+            try:
+                report = queue.get()
+            except (EOFError, OSError, ValueError):
+                return
+            if report is None:  # the pool was stopped
+                return
+            job_id, fraction, stage = report
+            self.progress[job_id] = (fraction, stage)
 
     async def fit(self, job: FitJob) -> dict[str, Any]:
         """The fit's result; raises Problem for bad input, a timeout or a crashed worker."""
         if self.workers == 0:
-            outcome = await asyncio.wait_for(asyncio.to_thread(run_fit, job), self.timeout_seconds)
+
+            def progress(fraction: float, stage: str) -> None:
+                if job.job_id is not None:
+                    self.progress[job.job_id] = (fraction, stage)
+
+            outcome = await asyncio.wait_for(asyncio.to_thread(run_fit, job, progress), self.timeout_seconds)
         else:
             pool = self._pool()
             try:
@@ -153,6 +190,7 @@ class FitPool:
         executor, self._executor = self._executor, None
         if executor is None:
             return
+        self._queue.put(None)
         for process in list((getattr(executor, "_processes", None) or {}).values()):
             process.kill()
         executor.shutdown(wait=False, cancel_futures=True)

@@ -14,10 +14,12 @@ from ..auth import REQUIRE_ADMIN, REQUIRE_READ
 from ..bodies import media_type, parse_json_object, require_json
 from ..observability import FIT_DURATION
 from ..problems import Problem
-from ..state import services
-from ..validation import NAME_PATTERN, json_response, request_body, validate
+from ..state import Services, services
+from ..validation import MAX_VERSION, NAME_PATTERN, json_response, request_body, validate
+from . import jobs as fit_jobs
 from .fit_pool import FitJob
 from .schemas import (
+    JobOut,
     CalibratorOut,
     CalibratorPage,
     FitRequest,
@@ -32,7 +34,7 @@ from .upload import read_form
 router = APIRouter(tags=["calibrators"])
 
 NamePath = Annotated[str, Path(pattern=NAME_PATTERN)]
-VersionPath = Annotated[int, Path(ge=1)]
+VersionPath = Annotated[int, Path(ge=1, le=MAX_VERSION)]
 
 
 def version_out(info: VersionInfo, with_parameters: bool = False) -> dict[str, Any]:
@@ -79,9 +81,14 @@ _LIST_FIELDS = {"version", "current", "method", "input", "n_classes", "n_samples
     dependencies=[REQUIRE_ADMIN],
     summary="Fit a calibrator and store it as the next version of its name",
     openapi_extra=request_body(("application/json", FitRequest), ("multipart/form-data", FitUpload)),
-    responses={201: {"model": VersionOut}, 413: {}, 415: {}, 422: {}},
+    responses={201: {"model": VersionOut}, 202: {"model": JobOut}, 413: {}, 415: {}, 422: {}},
 )
-async def create_calibrator(request: Request) -> Response:
+async def create_calibrator(
+    request: Request,
+    run_async: Annotated[
+        bool, Query(alias="async", description="answer 202 at once with a job to follow at /jobs/{id}")
+    ] = False,
+) -> Response:
     kind = media_type(request.headers)
     app = services(request)
     limit = app.settings.max_holdout_rows
@@ -92,12 +99,21 @@ async def create_calibrator(request: Request) -> Response:
         job = FitJob(body=await request.body(), max_samples=limit)
     else:
         raise Problem(415, f"send application/json or multipart/form-data, not {kind}")
+    if run_async:
+        info = await fit_jobs.submit(app, job)
+        return json_response(fit_jobs.job_out(info), 202, headers={"Location": f"/jobs/{info.id}"})
+    info = await fit_and_store(app, job)
+    location = f"/calibrators/{info.name}/versions/{info.version}"
+    return json_response(version_out(info), 201, headers={"Location": location})
+
+
+async def fit_and_store(app: Services, job: FitJob) -> VersionInfo:
+    """Fit in a worker, store the version, and make it servable here at once."""
     fitted = await app.fit_pool.fit(job)
     FIT_DURATION.labels(fitted["method"]).observe(fitted.pop("elapsed_seconds"))
     info = await run_in_threadpool(lambda: repository.create_version(app.sessions, **fitted))
     app.store.stored(info)
-    location = f"/calibrators/{info.name}/versions/{info.version}"
-    return json_response(version_out(info), 201, headers={"Location": location})
+    return info
 
 
 @router.get("/calibrators", summary="List calibrators, a page at a time", dependencies=[REQUIRE_READ], response_model=CalibratorPage)
@@ -115,6 +131,7 @@ async def list_calibrators(
     summary="A calibrator, its latest version and its versions",
     dependencies=[REQUIRE_READ],
     response_model=CalibratorOut,
+    responses={404: {}},
 )
 async def get_calibrator(request: Request, name: NamePath) -> Response:
     info = await run_in_threadpool(repository.get_calibrator, services(request).sessions, name)
@@ -126,6 +143,7 @@ async def get_calibrator(request: Request, name: NamePath) -> Response:
     dependencies=[REQUIRE_READ],
     summary="One version: its fit summary and parameters",
     response_model=VersionDetailOut,
+    responses={404: {}},
 )
 async def get_version(request: Request, name: NamePath, version: VersionPath) -> Response:
     info = await run_in_threadpool(repository.get_version, services(request).sessions, name, version)
@@ -138,6 +156,7 @@ async def get_version(request: Request, name: NamePath, version: VersionPath) ->
     summary="Make a version current: pin it, or roll back",
     openapi_extra=request_body(("application/json", PromoteRequest)),
     response_model=PromoteOut,
+    responses={404: {}},
 )
 async def promote(request: Request, name: NamePath) -> Response:
     require_json(request.headers)
@@ -153,6 +172,7 @@ async def promote(request: Request, name: NamePath) -> Response:
     status_code=204,
     summary="Delete a calibrator, all its versions and its feedback",
     dependencies=[REQUIRE_ADMIN],
+    responses={404: {}},
 )
 async def delete_calibrator(request: Request, name: NamePath) -> Response:
     app = services(request)

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
-from ..validation import NAME_PATTERN
+from ..validation import MAX_VERSION, NAME_PATTERN
 
 Numbers = Annotated[list[Any], WithJsonSchema({"type": "array", "items": {"type": "number"}, "minItems": 1})]
 Labels = Annotated[list[Any], WithJsonSchema({"type": "array", "items": {"type": "integer", "enum": [0, 1]}, "minItems": 1})]
@@ -78,7 +78,7 @@ class FitUpload(BaseModel):
 class PromoteRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    version: int = Field(ge=1)
+    version: int = Field(ge=1, le=MAX_VERSION)
 
 
 class VersionOut(BaseModel):
@@ -139,3 +139,26 @@ class PromoteOut(BaseModel):
     name: str
     current_version: int
     latest_version: int
+
+
+class JobProblem(BaseModel):
+    status: int
+    title: str
+    detail: str
+    errors: list[dict[str, Any]] | None = None
+
+
+class JobOut(BaseModel):
+    """An asynchronous fit: follow it at /jobs/{id}."""
+
+    id: str
+    state: Literal["queued", "running", "succeeded", "failed"]
+    calibrator: str | None
+    progress: float = Field(description="0 to 1")
+    stage: str
+    eta_seconds: float | None = Field(description="estimated time left, from the progress so far")
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    result: VersionOut | None = Field(description="the stored version, once succeeded")
+    problem: JobProblem | None = Field(description="why it failed, as problem details")

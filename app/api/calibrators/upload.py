@@ -57,7 +57,10 @@ def _first_bad_line(rows: str, columns: list[str]) -> str:
 
 def parse_csv(content: bytes) -> dict[str, Any]:
     """Columns of a holdout CSV as arrays, in the shape of ``Holdout``."""
-    text = content.decode("utf-8-sig", errors="strict") if content else ""
+    try:
+        text = content.decode("utf-8-sig", errors="strict") if content else ""
+    except UnicodeDecodeError as error:
+        raise Problem.invalid("/file", f"neither a UTF-8 CSV nor an .npz archive (byte {error.start} is not UTF-8)") from None
     header, _, rows = text.partition("\n")
     columns = _csv_columns(header.strip())
     if not rows.strip():
