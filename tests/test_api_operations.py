@@ -80,7 +80,7 @@ def test_logs_are_json_lines_with_the_request_id(tmp_path):
         cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 90
         while True:
             try:
                 httpx.get(f"http://127.0.0.1:{port}/healthz")
@@ -92,7 +92,7 @@ def test_logs_are_json_lines_with_the_request_id(tmp_path):
                    headers={"X-Request-ID": "find-me-7"})
     finally:
         process.terminate()
-        _, stderr = process.communicate(timeout=30)
+        _, stderr = process.communicate(timeout=90)
     lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
     assert lines, stderr
     access = [line for line in lines if line.get("request_id") == "find-me-7"]
