@@ -1,6 +1,7 @@
-"""Shared pieces of the multiclass calibrators: logits, softmax, the weighted
-multinomial log-loss with its gradient, L-BFGS, and packing per-class
-component calibrators into flat arrays.
+"""Shared pieces of the multiclass calibrators: logits, softmax, one-vs-rest
+log-odds, the multiclass temperature fit, the weighted multinomial log-loss
+with its gradient (in row blocks), L-BFGS, and packing per-class component
+calibrators into flat arrays.
 
 Conventions (every multiclass method follows them):
 

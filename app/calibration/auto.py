@@ -17,6 +17,9 @@ from .base import Calibrator, CalibrationInputError, n_classes_of
 from .crossfit import cross_val_predict, stratified_folds
 
 DEFAULT_CANDIDATES = ("platt", "temperature", "beta", "isotonic", "histogram", "venn_abers", "scaling_binning")
+MULTICLASS_CANDIDATES = (
+    "temperature", "vector", "matrix", "dirichlet", "ovr_platt", "ovr_isotonic", "top_label_histogram",
+)
 
 
 def _registry() -> dict[str, type[Calibrator]]:
@@ -29,15 +32,19 @@ class AutoCalibrator(Calibrator):
     """Pick the candidate method with the best cross-validated log-loss.
 
     Options:
-        candidates: method names to choose among (default: every binary method).
+        candidates: method names to choose among (default: every method for the
+            kind of scores given, binary or multiclass). Candidates that cannot
+            fit the holdout (a full matrix for too many classes, say) are
+            skipped, and the reason recorded.
         n_splits: folds of the selection cross-validation (default 5).
         seed: fold assignment seed.
     """
 
     method = "auto"
+    tasks = ("binary", "multiclass")
     # Every candidate is cross-validated, and the summary cross-fits the whole choice.
     max_samples = 1_000_000
-    fitted_attributes = ("chosen_", "cv_log_loss_", "calibrator_")
+    fitted_attributes = ("chosen_", "cv_log_loss_", "skipped_", "calibrator_")
 
     def __init__(self, input: str = "probability", candidates: list[str] | None = None, n_splits: int = 5, seed: int = 0):
         self.input = input
@@ -54,8 +61,10 @@ class AutoCalibrator(Calibrator):
     def min_samples(self) -> int:  # type: ignore[override]
         return max(10, 2 * self.n_splits)
 
-    def _candidate_names(self) -> list[str]:
-        return list(self.candidates) if self.candidates is not None else list(DEFAULT_CANDIDATES)
+    def _candidate_names(self, multiclass: bool) -> list[str]:
+        if self.candidates is not None:
+            return list(self.candidates)
+        return list(MULTICLASS_CANDIDATES if multiclass else DEFAULT_CANDIDATES)
 
     def _check_params(self) -> None:
         if self.candidates is not None:
@@ -65,7 +74,7 @@ class AutoCalibrator(Calibrator):
             for i, name in enumerate(self.candidates):
                 takes_scores_alone = name in methods and not any(s.required for s in methods[name].fit_arrays.values())
                 if name not in methods or name == "auto" or not takes_scores_alone:
-                    known = ", ".join(n for n in DEFAULT_CANDIDATES)
+                    known = ", ".join(dict.fromkeys(DEFAULT_CANDIDATES + MULTICLASS_CANDIDATES))
                     raise CalibrationInputError("options.candidates", f"unknown candidate {name!r} (known: {known})", (i,))
         if not isinstance(self.n_splits, int) or isinstance(self.n_splits, bool) or not 2 <= self.n_splits <= 20:
             raise CalibrationInputError("options.n_splits", "must be an integer from 2 to 20")
@@ -74,14 +83,24 @@ class AutoCalibrator(Calibrator):
 
     def _fit(self, scores: np.ndarray, labels: np.ndarray, weights: np.ndarray) -> None:
         methods = _registry()
+        multiclass = scores.ndim == 2
+        task = "multiclass" if multiclass else "binary"
         folds = stratified_folds(labels, self.n_splits, self.seed)
         self.cv_log_loss_ = {}
-        for name in self._candidate_names():
+        self.skipped_ = {}
+        for name in self._candidate_names(multiclass):
             candidate = methods[name](input=self.input)
-            if self.input not in candidate.inputs:
+            if self.input not in candidate.inputs or task not in candidate.tasks:
+                self.skipped_[name] = f"takes no {task} {self.input} scores"
                 continue
-            oof = cross_val_predict(candidate, scores, labels, weights, self.n_splits, folds=folds)
+            try:
+                oof = cross_val_predict(candidate, scores, labels, weights, self.n_splits, folds=folds)
+            except CalibrationInputError as error:  # e.g. a full matrix for too many classes
+                self.skipped_[name] = error.detail
+                continue
             self.cv_log_loss_[name] = log_loss(oof, labels, weights)
+        if not self.cv_log_loss_:
+            raise CalibrationInputError("options.candidates", f"no candidate can fit these scores: {self.skipped_}")
         self.chosen_ = min(self.cv_log_loss_, key=self.cv_log_loss_.get)
         self.calibrator_ = methods[self.chosen_](input=self.input)
         self.calibrator_._fit(scores, labels, weights)
@@ -98,12 +117,18 @@ class AutoCalibrator(Calibrator):
             "chosen": self.chosen_,
             "reason": f"lowest {self.n_splits}-fold cross-validated log-loss",
             "cv_log_loss": self.cv_log_loss_,
+            "skipped": self.skipped_,
             "chosen_fit": self.calibrator_.fit_info(),
         }
 
     def to_dict(self) -> dict[str, Any]:
         self._check_fitted()
-        state = {"chosen_": self.chosen_, "cv_log_loss_": self.cv_log_loss_, "calibrator_": self.calibrator_.to_dict()}
+        state = {
+            "chosen_": self.chosen_,
+            "cv_log_loss_": self.cv_log_loss_,
+            "skipped_": self.skipped_,
+            "calibrator_": self.calibrator_.to_dict(),
+        }
         return {"method": self.method, "params": self.get_params(), "n_classes": getattr(self, "n_classes_", 2), "state": state}
 
     @classmethod
@@ -113,6 +138,7 @@ class AutoCalibrator(Calibrator):
         calibrator = cls(**params)
         calibrator.chosen_ = state["chosen_"]
         calibrator.cv_log_loss_ = dict(state["cv_log_loss_"])
+        calibrator.skipped_ = dict(state.get("skipped_", {}))
         calibrator.calibrator_ = from_dict(state["calibrator_"])
         calibrator.n_classes_ = 2
         return calibrator

@@ -75,7 +75,7 @@ milliseconds (all reached the same objective within 1e-8):
 
 (nnls-LDP: Lawson & Hanson's least distance programming through
 scipy.optimize.nnls; SLSQP and trust-constr are scipy.optimize.minimize.)
-Only at the smallest grids is an active-set method faster, by about a
+Only at the smallest grids is an active-set method faster, by 1-2
 millisecond; from K = 10 on this method is the fastest, and it needs no
 dependency beyond SciPy's LAPACK. See benchmarks/bernstein.py for fit times.
 
@@ -100,7 +100,8 @@ BLAS runs on one thread during a fit (when threadpoolctl, a scikit-learn
 dependency, is importable): at these sizes OpenBLAS's threads cost more than
 they save on a busy 2-core machine (measured: the n = 1000 Gram matrix
 0.6 ms on one thread against 72 ms on two; a 216 x 216 Cholesky 0.25 ms
-against 25-60 ms).
+against 25-60 ms). The limit is process-wide while a fit runs (the service
+fits in worker processes, so /calibrate is not affected).
 """
 
 from __future__ import annotations

@@ -71,9 +71,11 @@ from typing import Any
 
 import numpy as np
 
+from ..metrics import brier, ece
 from . import _mlp
 from ._multiclass import MAX_TEMPERATURE, MIN_TEMPERATURE, as_logits
 from .base import ArraySpec, CalibrationInputError, Calibrator, sigmoid, to_logit
+from .crossfit import stratified_folds
 from .platt import PlattCalibrator
 from .temperature import TemperatureCalibrator
 
@@ -187,7 +189,7 @@ class SelectiveCalibrator(Calibrator):
         mode: ``sequential`` (h fitted first, then fixed) or ``joint`` (then trained with the selector).
         hidden: widths of the selector's hidden ReLU layers (default [64, 64]; the paper
             uses [128, 128] on 1000-2000 rows with GPU training, [64, 64] keeps a fit of a
-            few thousand rows to seconds on a CPU).
+            few thousand rows to seconds on a CPU; [] is a logistic-regression selector).
         epochs: passes over the selector-training rows (default 100).
         batch_size: rows per Adam step (default 128).
         learning_rate: Adam's step size (default 0.001).
@@ -283,8 +285,7 @@ class SelectiveCalibrator(Calibrator):
         self.score_ndim_ = scores.ndim
         n_features = None if features is None else int(features.shape[1])
         inputs = features if features is not None else score_feature(scores, self.input)
-        data = RecalibrationData(scores, labels, self.input)
-        # Held for cross_fit_summary's baselines (not saved; see there).
+        # Kept until cross_fit_summary, which fits the baselines on the same rows (never saved).
         self._holdout = (scores, labels, weights, features)
         if self.beta >= 1.0:
             self.recalibrator_ = _fit_recalibrator(scores, labels, weights, self.input)
@@ -294,6 +295,7 @@ class SelectiveCalibrator(Calibrator):
             self.training_ = {"n_features": n_features, "n_selector_rows": int(scores.shape[0]), "n_threshold_rows": 0}
             return
 
+        data = RecalibrationData(scores, labels, self.input)
         held = stratified_holdout(labels, self.threshold_fraction, rng)
         train = np.flatnonzero(~held)
         mean = inputs[train].mean(axis=0)
@@ -455,28 +457,22 @@ class SelectiveCalibrator(Calibrator):
         scores-only mode), each rejecting at a threshold set on its fold's
         training part to accept a share beta.
         """
-        holdout = getattr(self, "_holdout", None)
-        summary: dict[str, Any] = {"selective": {"beta": float(self.beta), "mode": self.mode}}
+        holdout = self.__dict__.pop("_holdout", None)
+        summary: dict[str, Any] = {"beta": float(self.beta), "mode": self.mode}
         accepted = extras.get("accepted")
         if accepted is None:
-            return summary
-        summary["selective"]["selective"] = rejection_metrics(out_of_fold, labels, weights, accepted)
-        if holdout is None or holdout[0].shape[0] != labels.shape[0]:
-            return summary
-        scores, _, _, features = holdout
-        from .fitting import CROSS_FIT_SEED, CROSS_FIT_SPLITS  # fitting imports the registry, which imports this module
+            return {"selective": summary}
+        summary["selective_recalibration"] = rejection_metrics(out_of_fold, labels, weights, accepted)
+        if holdout is not None and holdout[0].shape[0] == labels.shape[0]:
+            from .fitting import CROSS_FIT_SEED, CROSS_FIT_SPLITS  # fitting imports the registry, which imports us
 
-        from .crossfit import stratified_folds
-
-        folds = stratified_folds(labels, CROSS_FIT_SPLITS, CROSS_FIT_SEED)
-        baselines = cross_fitted_baselines(
-            scores, labels, weights, features, self.input, self.beta, folds, self.seed
-        )
-        for name, (probabilities, flags) in baselines.items():
-            summary["selective"][name] = rejection_metrics(probabilities, labels, weights, flags)
-        summary["selective"]["isolation_forest"]["on"] = "features" if features is not None else "scores"
-        del self._holdout
-        return summary
+            scores, _, _, features = holdout
+            folds = stratified_folds(labels, CROSS_FIT_SPLITS, CROSS_FIT_SEED)
+            baselines = cross_fitted_baselines(scores, labels, weights, features, self.input, self.beta, folds, self.seed)
+            for name, (probabilities, flags) in baselines.items():
+                summary[name] = rejection_metrics(probabilities, labels, weights, flags)
+            summary["isolation_forest"]["on"] = "features" if features is not None else "scores"
+        return {"selective": summary}
 
     # -- serialisation --------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -679,8 +675,6 @@ def rejection_metrics(
     ECE is of the positive class for binary probabilities and top-label for rows
     (15 equal-width bins, app.metrics.ece); coverage is the unweighted share accepted.
     """
-    from ..metrics import brier, ece
-
     accepted = np.asarray(accepted, dtype=bool)
     kept = accepted & (weights > 0)
     target = "binary" if probabilities.ndim == 1 else "top_label"

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 def make_engine(url: str) -> Engine:
     """An engine with the settings calibd relies on for each backend."""
     # orjson: stored parameters can hold large arrays.
-    json = {"json_serializer": _dumps, "json_deserializer": orjson.loads}
+    json = {"json_serializer": _dumps, "json_deserializer": _loads}
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, **json)
         _configure_sqlite(engine)
@@ -24,6 +24,13 @@ def make_engine(url: str) -> Engine:
 
 def _dumps(value) -> str:
     return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+
+
+def _loads(value):
+    # SQLite's numeric affinity hands back a bare JSON number as a number.
+    if isinstance(value, (int, float)):
+        return value
+    return orjson.loads(value)
 
 
 def _configure_sqlite(engine: Engine) -> None:

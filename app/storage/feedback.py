@@ -52,6 +52,8 @@ class LabelledBatch:
     labels: np.ndarray  # ints
     prediction_ids: list[str] | None = None
     accepted: np.ndarray | None = None
+    #: The raw scores behind the probabilities, when known (a refit learns from them).
+    scores: list | None = None
 
 
 @dataclass
@@ -59,6 +61,7 @@ class LoggedPrediction:
     version: int
     probabilities: np.ndarray | float
     accepted: bool | None
+    scores: Any
     created_at: datetime
 
 
@@ -86,12 +89,13 @@ def find_predictions(session: Session, calibrator_id: int, ids: list[str]) -> di
                 PredictionRow.probability,
                 PredictionRow.probabilities,
                 PredictionRow.accepted,
+                PredictionRow.scores,
                 PredictionRow.created_at,
             ).where(PredictionRow.calibrator_id == calibrator_id, PredictionRow.prediction_id.in_(chunk))
         ).all()
-        for prediction_id, version, probability, probabilities, accepted, created_at in rows:
+        for prediction_id, version, probability, probabilities, accepted, scores, created_at in rows:
             value = probability if probabilities is None else np.asarray(probabilities, dtype=np.float64)
-            found[prediction_id] = LoggedPrediction(version, value, accepted, created_at)
+            found[prediction_id] = LoggedPrediction(version, value, accepted, scores, created_at)
     return found
 
 
@@ -165,6 +169,7 @@ def _join_logged(
     for version, positions in sorted(groups.items()):
         predictions = [logged[ids[i]] for i in positions]
         accepted = [p.accepted for p in predictions]
+        scores = [p.scores for p in predictions]
         batches.append(
             LabelledBatch(
                 version=version,
@@ -172,6 +177,7 @@ def _join_logged(
                 labels=labels[positions],
                 prediction_ids=[ids[i] for i in positions],
                 accepted=None if any(a is None for a in accepted) else np.array(accepted, dtype=bool),
+                scores=None if any(score is None for score in scores) else scores,
             )
         )
     return batches, unknown, expired
@@ -184,6 +190,7 @@ def _store_batch(session: Session, calibrator_id: int, batch: LabelledBatch, now
     ids = batch.prediction_ids or [None] * n
     accepted = [None] * n if batch.accepted is None else batch.accepted.tolist()
     rows_probabilities = batch.probabilities.tolist() if multiclass else [None] * n
+    scores = batch.scores if batch.scores is not None else [None] * n
     session.execute(
         _insert(session)(FeedbackRow),
         [
@@ -195,10 +202,11 @@ def _store_batch(session: Session, calibrator_id: int, batch: LabelledBatch, now
                 "label": label,
                 "probabilities": row,
                 "accepted": accept,
+                "scores": score,
                 "received_at": now,
             }
-            for prediction_id, probability, label, row, accept in zip(
-                ids, terms.probability.tolist(), batch.labels.tolist(), rows_probabilities, accepted
+            for prediction_id, probability, label, row, accept, score in zip(
+                ids, terms.probability.tolist(), batch.labels.tolist(), rows_probabilities, accepted, scores
             )
         ],
     )

@@ -108,6 +108,8 @@ class PredictionRow(Base):
     probabilities: Mapped[list[float] | None] = mapped_column(JSONType, nullable=True)
     #: Selective methods: whether the input was accepted.
     accepted: Mapped[bool | None] = mapped_column(nullable=True)
+    #: The raw score (or row) that was calibrated, kept so that feedback can refit on it.
+    scores: Mapped[Any] = mapped_column(JSONType, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
 
 
@@ -127,6 +129,8 @@ class FeedbackRow(Base):
     #: Multiclass: the full row of probabilities.
     probabilities: Mapped[list[float] | None] = mapped_column(JSONType, nullable=True)
     accepted: Mapped[bool | None] = mapped_column(nullable=True)
+    #: The raw score (or row) behind the probability, when known: what a refit learns from.
+    scores: Mapped[Any] = mapped_column(JSONType, nullable=True)
     received_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
 
 
@@ -210,3 +214,34 @@ class FitJobRow(Base):
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class RecalibrationPolicyRow(Base):
+    """A calibrator's closed-loop recalibration policy, and where its loop stands."""
+
+    __tablename__ = "recalibration"
+
+    calibrator_id: Mapped[int] = mapped_column(ForeignKey("calibrators.id", ondelete="CASCADE"), primary_key=True)
+    policy: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    #: A refitted version waiting for its shadow evaluation, and the last feedback id before it.
+    candidate_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    candidate_after_feedback_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    last_refit_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    #: Only one process works on a calibrator's loop at a time.
+    lease_owner: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class RecalibrationEventRow(Base):
+    """One step of the loop: a refit, a promotion, or a candidate kept out, and why."""
+
+    __tablename__ = "recalibration_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    calibrator_id: Mapped[int] = mapped_column(ForeignKey("calibrators.id", ondelete="CASCADE"), index=True)
+    outcome: Mapped[str] = mapped_column(String(16))  # refit, promoted, kept
+    candidate_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    reason: Mapped[str] = mapped_column(String(500))
+    details: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)

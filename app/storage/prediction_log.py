@@ -30,6 +30,7 @@ class _Entry:
     ids: list[str]
     probabilities: np.ndarray
     accepted: np.ndarray | None
+    scores: list | None
     created_at: datetime
 
 
@@ -42,13 +43,20 @@ class PredictionLog:
         self._pending = 0
 
     def add(
-        self, calibrator_id: int, name: str, version: int, ids: list[str], probabilities: np.ndarray, accepted=None
+        self,
+        calibrator_id: int,
+        name: str,
+        version: int,
+        ids: list[str],
+        probabilities: np.ndarray,
+        accepted: np.ndarray | None = None,
+        scores: list | None = None,
     ) -> None:
-        """Queue predictions for writing; O(1) on the request path."""
+        """Queue predictions, and the raw scores they came from, for writing; O(1) on the request path."""
         if self._pending + len(ids) > self._max_pending:
             self._on_drop(name, len(ids))
             return
-        self._entries.append(_Entry(calibrator_id, name, version, ids, probabilities, accepted, utcnow()))
+        self._entries.append(_Entry(calibrator_id, name, version, ids, probabilities, accepted, scores, utcnow()))
         self._pending += len(ids)
 
     def take(self) -> list[_Entry]:
@@ -64,7 +72,8 @@ class PredictionLog:
             multiclass = entry.probabilities.ndim == 2
             values = entry.probabilities.tolist()
             accepted = [None] * len(entry.ids) if entry.accepted is None else entry.accepted.tolist()
-            for prediction_id, value, accept in zip(entry.ids, values, accepted):
+            scores = entry.scores if entry.scores is not None else [None] * len(entry.ids)
+            for prediction_id, value, accept, score in zip(entry.ids, values, accepted, scores):
                 rows.append(
                     {
                         "calibrator_id": entry.calibrator_id,
@@ -73,6 +82,7 @@ class PredictionLog:
                         "probability": None if multiclass else value,
                         "probabilities": value if multiclass else None,
                         "accepted": accept,
+                        "scores": score,
                         "created_at": entry.created_at,
                     }
                 )

@@ -6,6 +6,8 @@ from the in-memory store, and the database is read only on a cache miss.
 
 from __future__ import annotations
 
+import os
+
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
@@ -15,7 +17,7 @@ from ..bodies import parse_json_object, require_json
 from ..observability import CALIBRATE_REQUESTS, CALIBRATE_SCORES
 from ..problems import Problem, input_error
 from ..state import services
-from ..validation import json_response, request_body
+from ..validation import MAX_VERSION, json_response, request_body
 from .schemas import CalibrateRequest, CalibrateResponse
 from ..auth import REQUIRE_CALIBRATE
 
@@ -48,7 +50,9 @@ async def calibrate(request: Request) -> Response:
     if ids is not None:
         if len(ids) != probabilities.shape[0]:
             raise Problem.invalid("/ids", f"has {len(ids)} entries but scores has {probabilities.shape[0]}")
-        app.prediction_log.add(loaded.calibrator_id, name, loaded.version, ids, probabilities, extras.get("accepted"))
+        app.prediction_log.add(
+            loaded.calibrator_id, name, loaded.version, ids, probabilities, extras.get("accepted"), scores
+        )
     CALIBRATE_REQUESTS.labels(name).inc()
     CALIBRATE_SCORES.labels(name).inc(probabilities.shape[0])
     return json_response({"calibrator": name, "version": loaded.version, "probabilities": probabilities, **extras})
@@ -65,8 +69,8 @@ def _envelope(data: dict) -> tuple[str, int | None, object, list[str] | None, di
     if not isinstance(name, str):
         raise Problem.invalid("/calibrator", "required: the calibrator's name, a string")
     version = data.get("version")
-    if version is not None and (type(version) is not int or version < 1):
-        raise Problem.invalid("/version", "must be a positive integer or null")
+    if version is not None and (type(version) is not int or not 1 <= version <= MAX_VERSION):
+        raise Problem.invalid("/version", f"must be a positive integer (at most {MAX_VERSION}) or null")
     if "scores" not in data:
         raise Problem.invalid("/scores", "required: a list of scores")
     ids = data.get("ids")
@@ -74,6 +78,19 @@ def _envelope(data: dict) -> tuple[str, int | None, object, list[str] | None, di
         if not isinstance(ids, list):
             raise Problem.invalid("/ids", "must be a list of strings")
         for position, value in enumerate(ids):
-            if not isinstance(value, str) or not 0 < len(value) <= MAX_ID_LENGTH:
-                raise Problem.invalid(f"/ids/{position}", f"ids are non-empty strings of at most {MAX_ID_LENGTH} characters")
+            if not isinstance(value, str) or not 0 < len(value) <= MAX_ID_LENGTH or "\x00" in value:
+                raise Problem.invalid(f"/ids/{position}", f"ids are non-empty strings of at most {MAX_ID_LENGTH} characters, without NUL")
     return name, version, data["scores"], ids, arrays
+
+
+if os.environ.get("CALIBD_BENCHMARK_ROUTES") == "1":
+    # The benchmarks' baseline (benchmarks/calibrate_throughput.py), never served in
+    # production: the same request read, parsed and checked as /calibrate does, with
+    # the same middleware and auth, answered with an equal-sized array without
+    # calibrating. /calibrate's throughput over this one is the cost of calibration.
+    @router.post("/benchmark/calibrate-baseline", dependencies=[REQUIRE_CALIBRATE], include_in_schema=False)
+    async def calibrate_baseline(request: Request) -> Response:
+        require_json(request.headers)
+        data = parse_json_object(await request.body())
+        name, version, scores, ids, arrays = _envelope(data)
+        return json_response({"calibrator": name, "version": version or 1, "probabilities": scores})

@@ -103,6 +103,11 @@ def _init_worker(progress_queue: Any = None) -> None:
     the serving process (Linux)."""
     global _progress_queue
     _progress_queue = progress_queue
+    # One BLAS thread: fits are single-threaded by design, and on a busy machine
+    # threaded BLAS only contends with the serving process.
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1)
     try:
         os.nice(10)
     except OSError:  # not permitted here: run at normal priority

@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from ...calibration import CalibrationInputError
-from ...calibration.base import check_scores, encode_labels
+from ...calibration.base import as_float_array, check_scores, encode_labels
 from ...monitoring.windows import WINDOWS, window_metrics
 from ...storage import feedback as feedback_store
 from ...storage.cache import LoadedCalibrator
@@ -22,7 +22,7 @@ from ..calibrators.router import NamePath
 from ..observability import FEEDBACK
 from ..problems import Problem, input_error
 from ..state import Services, services
-from ..validation import json_response, request_body, validate
+from ..validation import MAX_VERSION, json_response, request_body, validate
 from .schemas import FeedbackReceipt, FeedbackRequest, MonitorOut
 from ..auth import REQUIRE_FEEDBACK, REQUIRE_READ
 
@@ -36,8 +36,8 @@ async def resolve(app: Services, name: str, version: int | None) -> LoadedCalibr
 
 def _check_ids(ids: list, n_labels: int) -> list[str]:
     for position, value in enumerate(ids):
-        if not isinstance(value, str) or not 0 < len(value) <= MAX_ID_LENGTH:
-            raise Problem.invalid(f"/ids/{position}", f"ids are non-empty strings of at most {MAX_ID_LENGTH} characters")
+        if not isinstance(value, str) or not 0 < len(value) <= MAX_ID_LENGTH or "\x00" in value:
+            raise Problem.invalid(f"/ids/{position}", f"ids are non-empty strings of at most {MAX_ID_LENGTH} characters, without NUL")
     if len(ids) != n_labels:
         raise Problem.invalid("/labels", f"has {n_labels} entries but ids has {len(ids)}")
     return ids
@@ -80,8 +80,9 @@ async def record_feedback(
     loaded = await resolve(app, body.calibrator, body.version)
     try:
         if body.ids is not None:
-            if body.version is not None or body.accepted is not None:
-                raise Problem.invalid("/version" if body.version is not None else "/accepted", "only with probabilities")
+            for field in ("version", "accepted", "scores"):
+                if getattr(body, field) is not None:
+                    raise Problem.invalid(f"/{field}", "only with probabilities (logged predictions carry their own)")
             ids = _check_ids(body.ids, len(body.labels))
             labels, _ = encode_labels(body.labels, len(ids), loaded.n_classes, loaded.classes)
             batches, by_id = None, {"ids": ids, "labels": labels}
@@ -91,7 +92,14 @@ async def record_feedback(
             probabilities = check_scores(body.probabilities, "probability", tasks, n_columns=columns, field="probabilities")
             labels, _ = encode_labels(body.labels, probabilities.shape[0], loaded.n_classes, loaded.classes)
             accepted = None if body.accepted is None else _check_flags(body.accepted, probabilities.shape[0])
-            batches = [LabelledBatch(loaded.version, probabilities, labels, accepted=accepted)]
+            raw = None
+            if body.scores is not None:
+                raw = as_float_array(body.scores, "scores", ndim=(1, 2))
+                if raw.shape[0] != probabilities.shape[0]:
+                    raise Problem.invalid("/scores", f"has {raw.shape[0]} entries but probabilities has {probabilities.shape[0]}")
+            batches = [
+                LabelledBatch(loaded.version, probabilities, labels, accepted=accepted, scores=None if raw is None else raw.tolist())
+            ]
             by_id = {}
     except CalibrationInputError as error:
         raise input_error(error, ()) from None
@@ -122,8 +130,11 @@ async def record_feedback(
     dependencies=[REQUIRE_READ],
     summary="The monitors of a version: window metrics and drift alarm",
     response_model=MonitorOut,
+    responses={404: {}, 409: {}},
 )
-async def monitor(request: Request, name: NamePath, version: Annotated[int | None, Query(ge=1)] = None) -> Response:
+async def monitor(
+    request: Request, name: NamePath, version: Annotated[int | None, Query(ge=1, le=MAX_VERSION)] = None
+) -> Response:
     app = services(request)
     loaded = await resolve(app, name, version)
 

@@ -7,6 +7,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
+from ..validation import MAX_VERSION
+
 Labels = Annotated[
     list[Any], WithJsonSchema({"type": "array", "items": {"type": ["integer", "string"]}, "minItems": 1})
 ]
@@ -35,8 +37,14 @@ class FeedbackRequest(BaseModel):
     probabilities: Probabilities | None = Field(
         default=None, description="calibrated probabilities (binary) or rows (multiclass), labelled directly"
     )
-    version: int | None = Field(default=None, ge=1, description="with probabilities: the version that made them (null: current)")
+    version: int | None = Field(
+        default=None, ge=1, le=MAX_VERSION, description="with probabilities: the version that made them (null: current)"
+    )
     accepted: Flags | None = Field(default=None, description="with probabilities, selective methods: accepted or not")
+    scores: Probabilities | None = Field(
+        default=None,
+        description="with probabilities: the raw scores they were calibrated from (lets closed-loop recalibration refit)",
+    )
 
 
 class FeedbackReceipt(BaseModel):
