@@ -13,6 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from ...calibration import CalibrationInputError
+from ...calibration.decisions import check_costs, decide
 from ..bodies import parse_json_object, require_json
 from ..observability import CALIBRATE_REQUESTS, CALIBRATE_SCORES
 from ..problems import Problem, input_error
@@ -23,7 +24,8 @@ from ..auth import REQUIRE_CALIBRATE
 
 router = APIRouter(tags=["calibrate"])
 
-_FIELDS = frozenset(CalibrateRequest.model_fields)
+# Any other field is one of the method's extra arrays (``features``, ...).
+_FIELDS = frozenset({"calibrator", "version", "scores", "ids", "costs"})
 MAX_ID_LENGTH = 128
 
 
@@ -38,6 +40,7 @@ async def calibrate(request: Request) -> Response:
     require_json(request.headers)
     data = parse_json_object(await request.body())
     name, version, scores, ids, arrays = _envelope(data)
+    costs = data.get("costs")
     app = services(request)
     if isinstance(scores, list) and len(scores) > app.settings.max_batch_scores:
         limit = app.settings.max_batch_scores
@@ -53,9 +56,18 @@ async def calibrate(request: Request) -> Response:
         app.prediction_log.add(
             loaded.calibrator_id, name, loaded.version, ids, probabilities, extras.get("accepted"), scores
         )
+    body = {"calibrator": name, "version": loaded.version, "probabilities": probabilities, **extras}
+    if loaded.classes is not None:
+        body["classes"] = loaded.classes  # the order of the columns (or of class 1 for binary)
+    if costs is not None:
+        try:
+            decisions = decide(probabilities, check_costs(costs, loaded.n_classes))
+        except CalibrationInputError as error:
+            raise input_error(error, ()) from None
+        body["decisions"] = decisions if loaded.classes is None else [loaded.classes[d] for d in decisions]
     CALIBRATE_REQUESTS.labels(name).inc()
     CALIBRATE_SCORES.labels(name).inc(probabilities.shape[0])
-    return json_response({"calibrator": name, "version": loaded.version, "probabilities": probabilities, **extras})
+    return json_response(body)
 
 
 def _envelope(data: dict) -> tuple[str, int | None, object, list[str] | None, dict]:

@@ -33,7 +33,7 @@ class Holdout(BaseModel):
                 "type": "array",
                 "minItems": 1,
                 "items": {"oneOf": [{"type": "number"}, {"type": "array", "items": {"type": "number"}}]},
-                "description": "binary: one score per row; multiclass: rows of K scores",
+                "description": "binary: one score per row; multiclass: rows of K scores; multivariate (bernstein): rows of M scores",
             }
         ),
     ]

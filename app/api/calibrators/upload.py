@@ -24,22 +24,31 @@ from ..validation import validate
 from .schemas import FitRequest, Holdout
 
 
-def _csv_columns(header: str) -> dict[str, int]:
+def _csv_columns(header: str) -> tuple[dict[str, int], list[int]]:
+    """Positions of the named columns, and of the score columns in order (score, or score_0..score_{K-1})."""
     columns = [c.strip().strip('"') for c in header.split(",")]
-    known = {"label", "score", "weight"}
     for position, column in enumerate(columns):
-        if column not in known and not (column.startswith("score_") and column[6:].isdigit()):
-            raise Problem.invalid("/file", f"unknown column {column!r} in the header (expected label, score, weight)")
+        if column not in ("label", "score", "weight") and not (column.startswith("score_") and column[6:].isdigit()):
+            raise Problem.invalid("/file", f"unknown column {column!r} in the header (expected label, score or score_0.., weight)")
         if columns.index(column) != position:
             raise Problem.invalid("/file", f"column {column!r} appears twice in the header")
     if "label" not in columns:
         raise Problem.invalid("/file", "the header has no 'label' column")
-    if "score" not in columns:
-        raise Problem.invalid("/file", "the header has no 'score' column")
-    return {column: position for position, column in enumerate(columns)}
+    numbered = sorted((int(c[6:]), i) for i, c in enumerate(columns) if c.startswith("score_"))
+    if "score" in columns and numbered:
+        raise Problem.invalid("/file", "give either one 'score' column or score_0..score_{K-1}, not both")
+    if numbered:
+        if [k for k, _ in numbered] != list(range(len(numbered))):
+            raise Problem.invalid("/file", "score columns must be score_0, score_1, ... without gaps")
+        score_positions = [i for _, i in numbered]
+    elif "score" in columns:
+        score_positions = [columns.index("score")]
+    else:
+        raise Problem.invalid("/file", "the header has no 'score' (or score_0..score_{K-1}) column")
+    return {column: position for position, column in enumerate(columns)}, score_positions
 
 
-def _first_bad_line(rows: str, columns: list[str]) -> str:
+def _first_bad_line(rows: str, columns: list[str], numeric: set[str]) -> str:
     """Say where a CSV that numpy refused goes wrong (lines counted from the header, line 1)."""
     for number, line in enumerate(rows.splitlines(), start=2):
         if not line.strip():
@@ -48,6 +57,8 @@ def _first_bad_line(rows: str, columns: list[str]) -> str:
         if len(fields) != len(columns):
             return f"line {number} has {len(fields)} fields but the header names {len(columns)}"
         for column, field in zip(columns, fields):
+            if column not in numeric:
+                continue
             try:
                 float(field)
             except ValueError:
@@ -56,25 +67,38 @@ def _first_bad_line(rows: str, columns: list[str]) -> str:
 
 
 def parse_csv(content: bytes) -> dict[str, Any]:
-    """Columns of a holdout CSV as arrays, in the shape of ``Holdout``."""
+    """Columns of a holdout CSV as arrays, in the shape of ``Holdout``.
+
+    Labels may be numbers or class names; scores and weights must be numbers.
+    """
     try:
         text = content.decode("utf-8-sig", errors="strict") if content else ""
     except UnicodeDecodeError as error:
         raise Problem.invalid("/file", f"neither a UTF-8 CSV nor an .npz archive (byte {error.start} is not UTF-8)") from None
     header, _, rows = text.partition("\n")
-    columns = _csv_columns(header.strip())
+    columns, score_positions = _csv_columns(header.strip())
     if not rows.strip():
         raise Problem.invalid("/file", "the file has a header but no rows")
+    names = list(columns)
+    numeric_positions = [i for i, c in enumerate(names) if c != "label"]
     try:
-        table = np.loadtxt(io.StringIO(rows), delimiter=",", dtype=np.float64, ndmin=2)
+        table = np.loadtxt(io.StringIO(rows), delimiter=",", dtype=np.float64, ndmin=2, usecols=numeric_positions)
+        labels = np.loadtxt(io.StringIO(rows), delimiter=",", dtype=str, ndmin=1, usecols=columns["label"])
     except ValueError:
-        raise Problem.invalid("/file", _first_bad_line(rows, list(columns))) from None
-    if table.shape[1] != len(columns):
-        raise Problem.invalid("/file", f"rows have {table.shape[1]} fields but the header names {len(columns)}")
+        raise Problem.invalid("/file", _first_bad_line(rows, names, set(names) - {"label"})) from None
+    if rows.count(",") != table.shape[0] * (len(names) - 1):  # a row with too many or too few fields
+        raise Problem.invalid("/file", _first_bad_line(rows, names, set(names) - {"label"}))
+    labels = np.char.strip(labels)
+    try:
+        labels = labels.astype(np.float64)  # numeric labels stay numbers; class names stay strings
+    except ValueError:
+        pass
+    column_of = {position: index for index, position in enumerate(numeric_positions)}
+    scores = table[:, [column_of[p] for p in score_positions]]
     return {
-        "scores": table[:, columns["score"]],
-        "labels": table[:, columns["label"]],
-        "sample_weight": table[:, columns["weight"]] if "weight" in columns else None,
+        "scores": scores[:, 0] if len(score_positions) == 1 and "score" in columns else scores,
+        "labels": labels,
+        "sample_weight": table[:, column_of[columns["weight"]]] if "weight" in columns else None,
     }
 
 
