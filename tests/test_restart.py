@@ -19,7 +19,7 @@ def start(database_url: str, port: int) -> subprocess.Popen:
         [sys.executable, "-m", "app.cli", "serve", "--port", str(port)],
         cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         try:
             if httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200:

@@ -327,9 +327,18 @@ class Calibrator:
         return self._predict(scores, **arrays), {}
 
     def cross_fit_summary(
-        self, out_of_fold: np.ndarray, extras: dict[str, np.ndarray], labels: np.ndarray, weights: np.ndarray
+        self,
+        out_of_fold: np.ndarray,
+        extras: dict[str, np.ndarray],
+        scores: np.ndarray,
+        labels: np.ndarray,
+        weights: np.ndarray,
+        arrays: dict[str, np.ndarray],
     ) -> dict[str, Any]:
-        """Method-specific summary items from the out-of-fold predictions and extras (default none)."""
+        """Method-specific summary items from the out-of-fold predictions and extras (default none).
+
+        Gets the validated holdout too, so a method can cross-fit baselines on the same rows.
+        """
         return {}
 
     def _fit(self, scores: np.ndarray, labels: np.ndarray, weights: np.ndarray, **arrays: np.ndarray) -> None:

@@ -124,7 +124,7 @@ def fit_calibrator(
         },
         "cross_fit": {"n_splits": CROSS_FIT_SPLITS, "seed": CROSS_FIT_SEED},
         "fit": calibrator.fit_info(),
-        **calibrator.cross_fit_summary(out_of_fold, out_of_fold_extras, labels, weights),
+        **calibrator.cross_fit_summary(out_of_fold, out_of_fold_extras, scores, labels, weights, extras),
     }
     return FitResult(
         calibrator=calibrator,

@@ -285,8 +285,6 @@ class SelectiveCalibrator(Calibrator):
         self.score_ndim_ = scores.ndim
         n_features = None if features is None else int(features.shape[1])
         inputs = features if features is not None else score_feature(scores, self.input)
-        # Kept until cross_fit_summary, which fits the baselines on the same rows (never saved).
-        self._holdout = (scores, labels, weights, features)
         if self.beta >= 1.0:
             self.recalibrator_ = _fit_recalibrator(scores, labels, weights, self.input)
             self.selector_ = None
@@ -444,7 +442,13 @@ class SelectiveCalibrator(Calibrator):
         return info
 
     def cross_fit_summary(
-        self, out_of_fold: np.ndarray, extras: dict[str, np.ndarray], labels: np.ndarray, weights: np.ndarray
+        self,
+        out_of_fold: np.ndarray,
+        extras: dict[str, np.ndarray],
+        scores: np.ndarray,
+        labels: np.ndarray,
+        weights: np.ndarray,
+        arrays: dict[str, np.ndarray],
     ) -> dict[str, Any]:
         """Cross-fitted selective metrics, and the same for the three baselines at the same coverage.
 
@@ -457,21 +461,19 @@ class SelectiveCalibrator(Calibrator):
         scores-only mode), each rejecting at a threshold set on its fold's
         training part to accept a share beta.
         """
-        holdout = self.__dict__.pop("_holdout", None)
         summary: dict[str, Any] = {"beta": float(self.beta), "mode": self.mode}
         accepted = extras.get("accepted")
         if accepted is None:
             return {"selective": summary}
         summary["selective_recalibration"] = rejection_metrics(out_of_fold, labels, weights, accepted)
-        if holdout is not None and holdout[0].shape[0] == labels.shape[0]:
-            from .fitting import CROSS_FIT_SEED, CROSS_FIT_SPLITS  # fitting imports the registry, which imports us
+        from .fitting import CROSS_FIT_SEED, CROSS_FIT_SPLITS  # fitting imports the registry, which imports us
 
-            scores, _, _, features = holdout
-            folds = stratified_folds(labels, CROSS_FIT_SPLITS, CROSS_FIT_SEED)
-            baselines = cross_fitted_baselines(scores, labels, weights, features, self.input, self.beta, folds, self.seed)
-            for name, (probabilities, flags) in baselines.items():
-                summary[name] = rejection_metrics(probabilities, labels, weights, flags)
-            summary["isolation_forest"]["on"] = "features" if features is not None else "scores"
+        features = arrays.get("features")
+        folds = stratified_folds(labels, CROSS_FIT_SPLITS, CROSS_FIT_SEED)
+        baselines = cross_fitted_baselines(scores, labels, weights, features, self.input, self.beta, folds, self.seed)
+        for name, (probabilities, flags) in baselines.items():
+            summary[name] = rejection_metrics(probabilities, labels, weights, flags)
+        summary["isolation_forest"]["on"] = "features" if features is not None else "scores"
         return {"selective": summary}
 
     # -- serialisation --------------------------------------------------------------------
