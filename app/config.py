@@ -46,6 +46,9 @@ class Settings(BaseSettings):
     #: Require a key with the read scope for /metrics (open by default, as Prometheus expects).
     metrics_require_key: bool = False
 
+    #: How often the closed-loop recalibration looks at calibrators with a policy.
+    recalibration_interval_seconds: float = Field(default=30, gt=0)
+
     #: False-alarm probability of each version's drift test, over its whole life.
     monitor_alpha: float = Field(default=0.05, gt=0, lt=1)
     #: Calibration error the drift test tolerates, as a logit shift of the true probability.

@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
 from . import __version__
-from .api import calibrate, calibrators, evaluate, feedback, health, keys, observability, problems, reports
+from .api import calibrate, calibrators, evaluate, feedback, health, keys, observability, problems, recalibration, reports
 from .api.bodies import BodySizeLimit
 from .api.logs import RequestContext, configure_logging
 from .api.calibrators.fit_pool import FitPool
@@ -36,6 +36,16 @@ async def _every(seconds: float, job, what: str) -> None:
         except Exception as error:  # the database may be restarting
             logger.warning("%s failed: %s", what, error)
         await asyncio.sleep(seconds)
+
+
+async def _recalibrate(app_services: Services, seconds: float) -> None:
+    """Run the closed-loop recalibration of every calibrator that has a policy."""
+    while True:
+        await asyncio.sleep(seconds)
+        try:
+            await recalibration.run_loop_once(app_services)
+        except Exception as error:  # the database may be away
+            logger.warning("recalibration pass failed: %s", error)
 
 
 async def _flush_prediction_log(log: PredictionLog, seconds: float) -> None:
@@ -86,6 +96,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             asyncio.create_task(_flush_prediction_log(prediction_log, 0.2)),
             asyncio.create_task(_every(600, purge, "retention purge")),
             asyncio.create_task(_every(10, lambda: sweep_interrupted(sessions), "fit job sweep")),
+            asyncio.create_task(_recalibrate(app.state.services, settings.recalibration_interval_seconds)),
         ]
         try:
             yield
@@ -104,7 +115,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     problems.install(app)
-    for module in (calibrators, calibrators.jobs, calibrate, feedback, evaluate, reports, keys, health, observability):
+    for module in (
+        calibrators, calibrators.jobs, calibrate, feedback, evaluate, reports, recalibration, keys, health, observability,
+    ):
         app.include_router(module.router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics)

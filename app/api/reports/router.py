@@ -16,6 +16,7 @@ from starlette.responses import Response
 from ...monitoring.windows import WINDOWS, window_metrics
 from ...reporting import render_diagram, render_page
 from ...storage import feedback as feedback_store
+from ...storage import recalibration as recalibration_store
 from ...storage import repository
 from ..auth import REQUIRE_READ
 from ..calibrators.router import NamePath
@@ -41,6 +42,7 @@ def build_report(app: Services, name: str, version: int | None, hours: int) -> d
         for hour, hour_sums in feedback_store.hourly_history(app.sessions, info.calibrator_id, info.version, hours)
     ]
     drift = feedback_store.drift_state(app.sessions, info.calibrator_id, info.version)
+    loop = recalibration_store.get_state(app.sessions, name)
     return {
         "calibrator": name,
         "version": info.version,
@@ -69,6 +71,8 @@ def build_report(app: Services, name: str, version: int | None, hours: int) -> d
             }
             for v in calibrator.versions
         ],
+        "recalibration": loop["events"],
+        "recalibration_policy": loop["policy"],
     }
 
 
