@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+from sklearn.base import BaseEstimator  # clone(), Pipeline and estimator tags work on every calibrator
 
 INPUT_KINDS = ("probability", "logit")
 
@@ -185,7 +186,7 @@ def sigmoid(z: np.ndarray) -> np.ndarray:
     return np.exp(-np.logaddexp(0.0, -z))
 
 
-class Calibrator:
+class Calibrator(BaseEstimator):
     """Base class of every calibration method.
 
     Subclasses set ``method`` (the registry name), override ``_fit`` and

@@ -137,7 +137,7 @@ def window_metrics(sums: BinSums, binary: bool = True) -> dict[str, float | None
     """The metrics of a window from its bin sums; None where the window is empty."""
     n = float(sums.count.sum())
     with_acceptance = float(sums.count_with_acceptance.sum())
-    metrics: dict[str, float | None] = {"samples": n}
+    metrics: dict[str, float | None] = {"samples": int(n)}
     if n > 0:
         metrics |= {
             "ece": float(np.abs(sums.sum_label - sums.sum_probability).sum() / n),

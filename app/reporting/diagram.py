@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 from typing import Any
 
+import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.backends.backend_svg import FigureCanvasSVG
 from matplotlib.figure import Figure
@@ -61,12 +62,18 @@ def diagram_figure(curves: dict[str, dict[str, Any]], title: str, ece: dict[str,
     return figure
 
 
+def print_svg(figure: Figure, buffer) -> None:
+    """SVG with text kept as text (searchable, selectable, readable by screen readers)."""
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        FigureCanvasSVG(figure).print_svg(buffer)
+
+
 def render_diagram(curves: dict[str, dict[str, Any]], title: str, format: str, ece: dict[str, float] | None = None) -> bytes:
     """The diagram as PNG or SVG bytes."""
     figure = diagram_figure(curves, title, ece)
     buffer = io.BytesIO()
     if format == "svg":
-        FigureCanvasSVG(figure).print_svg(buffer)
+        print_svg(figure, buffer)
     else:
         FigureCanvasAgg(figure)
         figure.savefig(buffer, format="png", dpi=120)

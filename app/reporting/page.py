@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import html
 import io
+from datetime import datetime, timedelta
 from typing import Any
 
-from matplotlib.backends.backend_svg import FigureCanvasSVG
+from matplotlib.dates import DateFormatter
 from matplotlib.figure import Figure
 
-from .diagram import diagram_figure
+from .diagram import print_svg, diagram_figure
 
 STYLE = """
 body { font-family: system-ui, -apple-system, Segoe UI, sans-serif; margin: 2rem auto; max-width: 1100px;
@@ -42,9 +43,16 @@ def _number(value: Any, digits: int = 4) -> str:
     return _e(value)
 
 
+def _when(value: Any) -> str:
+    """A timestamp to the minute (they arrive as datetimes or ISO strings)."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return _e(f"{value:%Y-%m-%d %H:%M} UTC") if isinstance(value, datetime) else _e(value)
+
+
 def _svg(figure: Figure) -> str:
     buffer = io.StringIO()
-    FigureCanvasSVG(figure).print_svg(buffer)
+    print_svg(figure, buffer)
     text = buffer.getvalue()
     return text[text.index("<svg") :]
 
@@ -60,6 +68,9 @@ def _history_svg(history: list[dict[str, Any]]) -> str:
     axis.set_title("feedback, per hour")
     axis.grid(True, alpha=0.3)
     axis.legend(fontsize=8)
+    if len(hours) == 1:  # one point: show the hours around it, not the whole date range
+        axis.set_xlim(hours[0] - timedelta(hours=1), hours[0] + timedelta(hours=1))
+    axis.xaxis.set_major_formatter(DateFormatter("%m-%d %H:%M"))
     figure.autofmt_xdate()
     return _svg(figure)
 
@@ -99,7 +110,7 @@ def _versions_table(versions: list[dict[str, Any]]) -> str:
         css = ' class="current"' if v["current"] else ""
         rows.append(
             f"<tr{css}><td>{v['version']}{' (current)' if v['current'] else ''}</td><td>{_e(v['method'])}</td>"
-            f"<td>{_e(v['created_at'])}</td><td>{v['n_samples']}</td><td>{_number(after.get('ece'))}</td>"
+            f"<td>{_when(v['created_at'])}</td><td>{v['n_samples']}</td><td>{_number(after.get('ece'))}</td>"
             f"<td>{_number(after.get('brier'))}</td><td>{_number(after.get('log_loss'))}</td></tr>"
         )
     return (
@@ -114,13 +125,23 @@ def _events_table(events: list[dict[str, Any]]) -> str:
     if not events:
         return "<p>No recalibration events.</p>"
     rows = "".join(
-        f"<tr><td>{_e(e.get('created_at'))}</td><td>{_e(e.get('outcome'))}</td><td>{_e(e.get('candidate_version'))}</td>"
+        f"<tr><td>{_when(e.get('created_at'))}</td><td>{_e(e.get('outcome'))}</td><td>{_e(e.get('candidate_version'))}</td>"
         f"<td>{_e(e.get('reason'))}</td></tr>"
         for e in events
     )
     return (
-        '<table id="recalibration"><thead><tr><th>when</th><th>outcome</th><th>candidate</th><th>why</th></tr></thead>'
+        '<table id="recalibration-events"><thead><tr><th>when</th><th>outcome</th><th>candidate</th><th>why</th></tr></thead>'
         f"<tbody>{rows}</tbody></table>"
+    )
+
+
+def _policy(policy: dict[str, Any] | None) -> str:
+    if not policy:
+        return "<p>No closed-loop recalibration policy.</p>"
+    state = "enabled" if policy.get("enabled", True) else "disabled"
+    return (
+        f"<p>Policy {state}: trigger {_e(policy.get('trigger'))}, refit on {_e(policy.get('refit_rows'))} rows, "
+        f"shadow window {_e(policy.get('shadow_rows'))} rows, margin {_e(policy.get('margin'))}.</p>"
     )
 
 
@@ -146,7 +167,7 @@ def render_page(report: dict[str, Any]) -> str:
 <body>
 <h1 id="title">{_e(name)} <small>version {version}</small></h1>
 <p class="meta">method <b id="method">{_e(report['method'])}</b> · input {_e(report['input'])} ·
-{report['n_classes']} classes · {report['n_samples']} holdout rows · fitted {_e(report['created_at'])} ·
+{report['n_classes']} classes · {report['n_samples']} holdout rows · fitted {_when(report['created_at'])} ·
 current version {_e(report['current_version'])}</p>
 <p>{alarm} <small>log e-value {_number(drift.get('log_evalue'), 2)} (alarm at {_number(drift.get('threshold'), 2)}),
 {drift.get('samples', 0)} labels tested</small></p>
@@ -160,7 +181,7 @@ current version {_e(report['current_version'])}</p>
 <h2>Versions</h2>
 {_versions_table(report['versions'])}
 <h2>Recalibration</h2>
-{_events_table(report.get('recalibration', []))}
+<section id="recalibration">{_policy(report.get('recalibration_policy'))}{_events_table(report.get('recalibration', []))}</section>
 <p class="meta">Calibration error measures agreement between predicted probabilities and outcome
 frequencies; it does not measure how close each probability is to the truth.</p>
 </body></html>"""
