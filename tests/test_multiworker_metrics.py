@@ -1,0 +1,62 @@
+"""With several uvicorn workers, /metrics adds up every worker's counters."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import numpy as np
+
+from .conftest import REPO, free_port
+
+
+def test_counters_add_up_across_two_workers(tmp_path):
+    port = free_port()
+    metrics_dir = tmp_path / "metrics"
+    metrics_dir.mkdir()
+    env = os.environ | {
+        "CALIBD_DATABASE_URL": f"sqlite:///{tmp_path / 'workers.db'}",
+        "CALIBD_JSON_LOGS": "false",
+        "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
+    }
+    server = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--workers", "2"],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"{url}/readyz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline and server.poll() is None
+            time.sleep(0.2)
+        rng = np.random.default_rng(0)
+        scores = rng.uniform(size=200)
+        body = {"name": "workers", "method": "platt", "holdout": {"scores": scores.tolist(), "labels": (scores > 0.5).astype(int).tolist()}}
+        assert httpx.post(f"{url}/calibrators", json=body, timeout=120).status_code == 201
+        n = 200
+
+        def call(_):
+            with httpx.Client(base_url=url) as http:  # a new connection each time, so both workers get some
+                return http.post("/calibrate", json={"calibrator": "workers", "scores": [0.1, 0.9]}).status_code
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            assert set(pool.map(call, range(n))) == {200}
+        # Each worker process keeps its own counter file; /metrics adds them up.
+        assert len({path.name for path in metrics_dir.glob("counter_*.db")}) >= 2
+        exposition = httpx.get(f"{url}/metrics").text
+        requests = [line for line in exposition.splitlines() if line.startswith('calibd_calibrate_requests_total{calibrator="workers"}')]
+        scores_total = [line for line in exposition.splitlines() if line.startswith('calibd_calibrate_scores_total{calibrator="workers"}')]
+        assert requests and float(requests[0].split()[-1]) == n
+        assert scores_total and float(scores_total[0].split()[-1]) == 2 * n
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
