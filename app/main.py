@@ -10,7 +10,9 @@ from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
 from . import __version__
-from .api import calibrate, calibrators, evaluate, feedback, health, keys, observability, problems, recalibration, reports
+from .api import (
+    calibrate, calibrators, evaluate, feedback, health, keys, observability, problems, recalibration, reports, transfer,
+)
 from .api.bodies import BodySizeLimit
 from .api.logs import RequestContext, configure_logging
 from .api.calibrators.fit_pool import FitPool
@@ -116,7 +118,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     problems.install(app)
     for module in (
-        calibrators, calibrators.jobs, calibrate, feedback, evaluate, reports, recalibration, keys, health, observability,
+        calibrators, calibrators.jobs, calibrate, feedback, evaluate, reports, recalibration, transfer, keys, health,
+        observability,
     ):
         app.include_router(module.router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)

@@ -1,17 +1,27 @@
-"""API keys with scopes: every route against no key, a wrong key and each scope."""
+"""API keys with scopes: every route against no key, a wrong key and each scope.
+
+The table ROUTES names every route of the OpenAPI description (a test fails
+when a route is added without an entry), and its scope column is checked
+against the route's own dependency, so the expected statuses come from the
+code's declarations, not from the table alone.
+"""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from datetime import timedelta
 
 import httpx
 import numpy as np
 import pytest
 
 from app.config import Settings
+from app.main import create_app
 from app.storage import keys
 from app.storage.db import make_engine, make_sessionmaker
+from app.storage.models import utcnow
 
 from .conftest import REPO, LiveServer
 
@@ -35,51 +45,123 @@ ROUTES = {
     "calibrate": ("POST", "/calibrate", {"calibrator": NAME, "scores": [0.5]}, "calibrate"),
     "feedback": ("POST", "/feedback", {"calibrator": NAME, "probabilities": [0.5], "labels": [1]}, "feedback"),
     "evaluate": ("POST", "/evaluate", {"probabilities": [0.2, 0.8], "labels": [0, 1]}, "read"),
+    "report": ("GET", f"/calibrators/{NAME}/report", None, "read"),
+    "job": ("GET", "/jobs/nosuchjob", None, "read"),
+    "recalibration": ("GET", f"/calibrators/{NAME}/recalibration", None, "read"),
+    "recalibration-set": ("PUT", f"/calibrators/{NAME}/recalibration", {"enabled": False}, "admin"),
     "keys-list": ("GET", "/keys", None, "admin"),
+    "keys-create": ("POST", "/keys", {"scopes": ["read"], "description": "from the auth table"}, "admin"),
     "delete": ("DELETE", "/calibrators/no-such-calibrator", None, "admin"),
     "keys-revoke": ("DELETE", "/keys/nosuchid", None, "admin"),
+    "import": ("POST", f"/calibrators/{NAME}/import", {}, "admin"),
 }
 OPEN_ROUTES = ("/healthz", "/readyz", "/metrics")
 
 
-def expected_status(route: str, scope: str | None, valid: bool) -> int:
+# Credentials: what each request sends, and the scopes it carries (None: not a valid key).
+CREDENTIALS: dict[str, tuple[str, ...] | None] = {
+    "none": None,  # no Authorization header
+    "wrong": None,  # a well-formed key nobody issued
+    "garbage": None,  # a bearer token that is not a key at all
+    "basic": None,  # another scheme
+    "revoked": None,  # an admin key, revoked
+    "expired": None,  # an admin key past its expiry
+    **{scope: (scope,) for scope in SCOPES},
+    "calibrate+feedback": ("calibrate", "feedback"),  # a key with two scopes
+}
+
+
+def expected_status(route: str, credential: str) -> int:
     """The status a request should get: 401 without a valid key, 403 without the scope."""
     method, path, body, needs = ROUTES[route]
-    if not valid:
+    scopes = CREDENTIALS[credential]
+    if scopes is None:
         return 401
-    if scope != "admin" and scope != needs:
+    if "admin" not in scopes and needs not in scopes:
         return 403
-    return {"fit": 201, "feedback": 202, "delete": 404, "keys-revoke": 404}.get(route, 200)
+    return {"fit": 201, "feedback": 202, "keys-create": 201, "delete": 404, "keys-revoke": 404, "job": 404,
+            "import": 422}.get(route, 200)
 
 
 @pytest.fixture(scope="module")
 def live(isolated_database_url):
     sessions = make_sessionmaker(make_engine(isolated_database_url))
     issued = {scope: keys.create_key(sessions, [scope])[0] for scope in SCOPES}
+    issued["calibrate+feedback"] = keys.create_key(sessions, ["calibrate", "feedback"])[0]
+    issued["revoked"], revoked = keys.create_key(sessions, ["admin"], description="revoked")
+    keys.revoke_key(sessions, revoked.key_id)
+    issued["expired"] = keys.create_key(sessions, ["admin"], expires_at=utcnow() - timedelta(minutes=1))[0]
+    issued["wrong"] = "calibd_deadbeef_not-a-real-secret"
     with LiveServer(Settings(database_url=isolated_database_url)) as server:
         with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {issued['admin']}"}, timeout=60) as http:
             assert http.post("/calibrators", json=ROUTES["fit"][2]).status_code == 201
         yield server, issued, sessions
 
 
-TABLE = [(route, scope) for route in ROUTES for scope in (None, "wrong", *SCOPES)]
+TABLE = [(route, credential) for route in ROUTES for credential in CREDENTIALS]
 
 
-@pytest.mark.parametrize("route,scope", TABLE, ids=[f"{r}-{s}" for r, s in TABLE])
-def test_every_route_against_every_credential(live, route, scope):
+def authorization(issued: dict[str, str], credential: str) -> dict[str, str]:
+    if credential == "none":
+        return {}
+    if credential == "garbage":
+        return {"Authorization": "Bearer not-a-key"}
+    if credential == "basic":
+        return {"Authorization": "Basic dXNlcjpwYXNzd29yZA=="}
+    return {"Authorization": f"Bearer {issued[credential]}"}
+
+
+@pytest.mark.parametrize("route,credential", TABLE, ids=[f"{r}-{c}" for r, c in TABLE])
+def test_every_route_against_every_credential(live, route, credential):
     server, issued, _ = live
     method, path, body, _needs = ROUTES[route]
-    headers = {}
-    if scope == "wrong":
-        headers["Authorization"] = "Bearer calibd_deadbeef_not-a-real-secret"
-    elif scope is not None:
-        headers["Authorization"] = f"Bearer {issued[scope]}"
-    response = httpx.request(method, server.url + path, json=body, headers=headers, timeout=60)
-    valid = scope not in (None, "wrong")
-    assert response.status_code == expected_status(route, scope, valid), response.text
+    response = httpx.request(method, server.url + path, json=body, headers=authorization(issued, credential), timeout=60)
+    assert response.status_code == expected_status(route, credential), response.text
+    if response.status_code in (401, 403):
+        assert response.headers["content-type"] == "application/problem+json"
     if response.status_code == 401:
         assert response.headers["WWW-Authenticate"] == "Bearer"
-        assert response.headers["content-type"] == "application/problem+json"
+
+
+def _template(path: str, templates: set[tuple[str, str]], method: str) -> tuple[str, str] | None:
+    for template_method, template in templates:
+        pattern = "^" + re.sub(r"\\{[^/]+?\\}", "[^/]+", re.escape(template)) + "$"
+        if template_method == method and re.match(pattern, path):
+            return template_method, template
+    return None
+
+
+def test_the_table_covers_every_route_of_the_openapi_description():
+    """A route added without an entry in ROUTES (or in OPEN_ROUTES) fails here."""
+    spec = create_app(Settings()).openapi()
+    documented = {(method.upper(), path) for path, operations in spec["paths"].items() for method in operations}
+    covered = {_template(path, documented, method) for method, path, _, _ in ROUTES.values()}
+    covered |= {("GET", path) for path in OPEN_ROUTES}
+    assert None not in covered, "an entry of ROUTES matches no documented route"
+    assert documented - covered == set(), f"routes without an entry in the auth table: {sorted(documented - covered)}"
+    # The secured routes are documented as such; the open ones are not.
+    for method, path in documented:
+        secured = bool(spec["paths"][path][method.lower()].get("security"))
+        assert secured == (path not in OPEN_ROUTES), (method, path)
+
+
+def test_the_table_scopes_are_the_routes_own():
+    """Each entry's scope is the one the route's dependency requires (so the table cannot drift)."""
+    def api_routes(routes):
+        for route in routes:
+            included = getattr(route, "original_router", None)  # FastAPI's included routers
+            yield from api_routes(included.routes) if included is not None else [route]
+
+    required = {}
+    for route in api_routes(create_app(Settings()).routes):
+        for dependency in getattr(route, "dependencies", []):
+            name = getattr(dependency.dependency, "__name__", "")
+            if name.startswith("require_"):
+                for method in route.methods:
+                    required[(method, route.path)] = name.removeprefix("require_")
+    templates = set(required)
+    for entry, (method, path, _, needs) in ROUTES.items():
+        assert required[_template(path, templates, method)] == needs, entry
 
 
 def test_health_and_metrics_stay_open(live):
