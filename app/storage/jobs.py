@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 
 from .db import transaction
 from .models import FitJobRow, utcnow
@@ -77,6 +77,14 @@ def get_job(sessions: Sessions, job_id: str) -> JobInfo:
 def update_job(sessions: Sessions, job_id: str, **values: Any) -> None:
     """Set fields of an active job (progress, stage, state...) and refresh its heartbeat."""
     values["heartbeat_at"] = utcnow()
+    with transaction(sessions) as session:
+        session.execute(update(FitJobRow).where(FitJobRow.id == job_id, FitJobRow.state.in_(ACTIVE)).values(**values))
+
+
+def finish_job(sessions: Sessions, job_id: str, **values: Any) -> None:
+    """Record a job's end; one too quick to be seen running started when it finished."""
+    now = utcnow()
+    values |= {"finished_at": now, "heartbeat_at": now, "started_at": func.coalesce(FitJobRow.started_at, now)}
     with transaction(sessions) as session:
         session.execute(update(FitJobRow).where(FitJobRow.id == job_id, FitJobRow.state.in_(ACTIVE)).values(**values))
 

@@ -80,9 +80,8 @@ async def _run(app: Services, job: FitJob) -> None:
         ticker.cancel()
         app.fit_pool.progress.pop(job_id, None)
         app.running_jobs.pop(job_id, None)
-    now = utcnow()
     try:
-        await run_in_threadpool(lambda: job_store.update_job(app.sessions, job_id, finished_at=now, **values))
+        await run_in_threadpool(lambda: job_store.finish_job(app.sessions, job_id, **values))
     except Exception as error:  # the database is away: the sweep will mark it failed
         logger.warning("could not record the end of fit job %s: %s", job_id, error)
 
@@ -128,7 +127,7 @@ async def interrupt_all(app: Services) -> None:
 
 
 @router.get("/jobs/{job_id}", summary="An asynchronous fit: state, progress, result or problem",
-            dependencies=[REQUIRE_READ], response_model=JobOut)
+            dependencies=[REQUIRE_READ], response_model=JobOut, responses={404: {}})
 async def get_job(request: Request, job_id: Annotated[str, Path(max_length=32)]) -> Response:
     try:
         info = await run_in_threadpool(job_store.get_job, services(request).sessions, job_id)
