@@ -25,10 +25,10 @@ Scope = Literal["admin", "calibrate", "feedback", "read"]
 
 
 class KeyRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     scopes: list[Scope] = Field(min_length=1)
-    expires_in_days: float | None = Field(default=None, gt=0, description="null: never expires")
+    expires_in_days: float | None = Field(default=None, gt=0, le=36500, description="null: never expires")
     description: str = Field(default="", max_length=200)
 
 
@@ -80,7 +80,9 @@ async def list_keys(request: Request) -> Response:
     return json_response([key_out(info) for info in infos])
 
 
-@router.delete("/keys/{key_id}", summary="Revoke an API key", dependencies=[REQUIRE_ADMIN], response_model=KeyOut)
+@router.delete(
+    "/keys/{key_id}", summary="Revoke an API key", dependencies=[REQUIRE_ADMIN], response_model=KeyOut, responses={404: {}}
+)
 async def revoke_key(request: Request, key_id: Annotated[str, Path(max_length=16)]) -> Response:
     app = services(request)
     try:

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from http import HTTPStatus
 from typing import Any
 
@@ -94,8 +95,103 @@ def input_error(error: CalibrationInputError, prefix: tuple[str | int, ...], fie
     return Problem(422, f"{at}: {error.detail}", [{"pointer": at, "detail": error.detail}])
 
 
+#: The documented shape of every error (components/schemas/Problem in /openapi.json).
+PROBLEM_SCHEMA: dict[str, Any] = {
+    "title": "Problem",
+    "description": "RFC 9457 problem details",
+    "type": "object",
+    "required": ["type", "title", "status", "detail"],
+    "properties": {
+        "type": {"type": "string", "description": "urn:calibd:problem:<kind>"},
+        "title": {"type": "string"},
+        "status": {"type": "integer"},
+        "detail": {"type": "string"},
+        "errors": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["pointer", "detail"],
+                "properties": {"pointer": {"type": "string", "description": "JSON pointer into the request"}, "detail": {"type": "string"}},
+            },
+        },
+    },
+}
+
+DESCRIPTIONS = {
+    400: "The body is not JSON, or not a JSON object",
+    401: "No API key, or an unknown, expired or revoked one",
+    403: "The API key lacks the scope this route needs",
+    404: "No such calibrator, version or key",
+    409: "The calibrator has no current version",
+    413: "The body exceeds CALIBD_MAX_BODY_BYTES (refused before it is read)",
+    415: "Wrong Content-Type",
+    422: "Invalid values: errors point into the request",
+    503: "The database is unavailable, or a fit ran past its time limit; retry (see Retry-After)",
+}
+
+
+def document_problems(schema: dict[str, Any]) -> dict[str, Any]:
+    """Document the errors every route can answer with, as problem details.
+
+    Routes declare their own 404 and 409; the statuses that auth and body
+    reading produce are added here: 401, 403 and 503 wherever a key is
+    checked, 400, 413, 415 and 422 wherever a body is read, 422 wherever a
+    parameter is validated. Every 4xx and 5xx is application/problem+json.
+    """
+    schema.setdefault("components", {}).setdefault("schemas", {})["Problem"] = PROBLEM_SCHEMA
+    reference = {"$ref": "#/components/schemas/Problem"}
+    for operations in schema.get("paths", {}).values():
+        for operation in operations.values():
+            responses = operation.setdefault("responses", {})
+            implied: set[int] = set()
+            if operation.get("security"):
+                implied |= {401, 403, 503}
+            if "requestBody" in operation:
+                implied |= {400, 413, 415, 422}
+            if operation.get("parameters"):
+                implied.add(422)
+            for status in implied:
+                responses.setdefault(str(status), {})
+            for code, response in responses.items():
+                if code[:1] in ("4", "5"):
+                    status = int(code)
+                    if response.get("description") in (None, "", "Additional Response", "Validation Error"):
+                        response["description"] = DESCRIPTIONS.get(status, HTTPStatus(status).phrase)
+                    response["content"] = {PROBLEM_JSON: {"schema": reference}}
+    components = schema["components"]["schemas"]
+    text = orjson.dumps(schema.get("paths", {}))
+    if b"#/components/schemas/HTTPValidationError" not in text:  # FastAPI's default 422, replaced above
+        components.pop("HTTPValidationError", None)
+        if b"#/components/schemas/ValidationError" not in text:
+            components.pop("ValidationError", None)
+    return schema
+
+
+def allowed_methods(request: Request, given: str | None = None) -> list[str]:
+    """Every method served on the request's path (the Allow header of a 405).
+
+    Starlette's own Allow (``given``) names the methods of the first route on
+    the path only; the methods the OpenAPI description lists for the path are
+    added to it.
+    """
+    methods = {m.strip() for m in (given or "").split(",") if m.strip()}
+    for template, operations in request.app.openapi().get("paths", {}).items():
+        pattern = "^" + re.sub(r"\\{[^/]+?\\}", "[^/]+", re.escape(template)) + "$"
+        if re.match(pattern, request.url.path):
+            methods |= {method.upper() for method in operations}
+    return sorted(methods)
+
+
 def install(app: FastAPI) -> None:
-    """Register the handlers that give every error the problem shape."""
+    """Register the handlers that give every error the problem shape, and document that shape."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = document_problems(generate())
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
     @app.exception_handler(Problem)
     async def on_problem(_request: Request, exc: Problem) -> Response:
@@ -115,8 +211,12 @@ def install(app: FastAPI) -> None:
         return problem_response(422, detail, errors)
 
     @app.exception_handler(StarletteHTTPException)
-    async def on_http(_request: Request, exc: StarletteHTTPException) -> Response:
-        return problem_response(exc.status_code, str(exc.detail), headers=exc.headers)
+    async def on_http(request: Request, exc: StarletteHTTPException) -> Response:
+        headers = exc.headers
+        if exc.status_code == 405:
+            # Starlette's Allow names the methods of the first route on the path only.
+            headers = {**(headers or {}), "Allow": ", ".join(allowed_methods(request, (headers or {}).get("Allow")))}
+        return problem_response(exc.status_code, str(exc.detail), headers=headers)
 
     @app.exception_handler(NotFound)
     async def on_not_found(_request: Request, exc: NotFound) -> Response:
@@ -130,6 +230,14 @@ def install(app: FastAPI) -> None:
     async def on_cursor(_request: Request, exc: InvalidCursor) -> Response:
         detail = "not a cursor issued by this service"
         return problem_response(422, f"/query/cursor: {detail}", [{"pointer": "/query/cursor", "detail": detail}])
+
+    @app.exception_handler(sqlalchemy.exc.DataError)
+    async def on_unstorable(request: Request, exc: Exception) -> Response:
+        # The database refused a value of the request: a NUL character in a text,
+        # a number out of its range. The request's fault, so 422, not 500.
+        logger.warning("database refused a value on %s %s: %s", request.method, request.url.path, exc)
+        detail = "a value in the request cannot be stored or looked up (a NUL character, or a number out of range)"
+        return problem_response(422, detail)
 
     @app.exception_handler(sqlalchemy.exc.OperationalError)
     @app.exception_handler(sqlalchemy.exc.InterfaceError)

@@ -47,7 +47,7 @@ OWNER = uuid.uuid4().hex
 
 
 class RecalibrationPolicy(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     enabled: bool = True
     trigger: Literal["alarm", "schedule", "alarm_or_schedule"] = Field(
@@ -77,6 +77,7 @@ class RecalibrationOut(BaseModel):
     dependencies=[REQUIRE_ADMIN],
     openapi_extra=request_body(("application/json", RecalibrationPolicy)),
     response_model=RecalibrationPolicy,
+    responses={404: {}},
 )
 async def set_policy(request: Request, name: NamePath) -> Response:
     require_json(request.headers)
@@ -92,6 +93,7 @@ async def set_policy(request: Request, name: NamePath) -> Response:
     summary="The policy, the pending candidate and the loop's events",
     dependencies=[REQUIRE_READ],
     response_model=RecalibrationOut,
+    responses={404: {}},
 )
 async def get_state(request: Request, name: NamePath, events: Annotated[int, Query(ge=1, le=1000)] = 50) -> Response:
     return json_response(await run_in_threadpool(loop_store.get_state, services(request).sessions, name, events))

@@ -13,6 +13,8 @@ from .problems import Problem, pointer
 Model = TypeVar("Model", bound=BaseModel)
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
+#: The largest version number: versions are 32-bit integers in the database.
+MAX_VERSION = 2**31 - 1
 
 
 def validate(model: type[Model], data: Any, prefix: tuple[str | int, ...] = ()) -> Model:

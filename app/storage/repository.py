@@ -252,7 +252,7 @@ def _decode_cursor(cursor: str) -> str:
         name = base64.b64decode(cursor.encode(), altchars=b"-_", validate=True).decode()
     except (ValueError, UnicodeDecodeError):
         raise InvalidCursor(cursor) from None
-    if not name:
+    if not name or "\x00" in name:  # no name holds NUL (PostgreSQL refuses it in a query)
         raise InvalidCursor(cursor)
     return name
 

@@ -48,7 +48,8 @@ class Holdout(BaseModel):
 
 
 class FitRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: JSON types as documented (no "1" for an integer, no 1 for a boolean).
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     name: Name
     method: str = Field(description="a registered method, or 'auto'")
@@ -76,7 +77,7 @@ class FitUpload(BaseModel):
 
 
 class PromoteRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     version: int = Field(ge=1, le=MAX_VERSION)
 

@@ -142,6 +142,8 @@ def parse_upload(fields: dict[str, str], content: bytes) -> tuple[FitRequest, di
         raise Problem.invalid(f"/{sorted(unknown)[0]}", "unknown field")
     is_npz = content[:4] == b"PK\x03\x04"
     holdout = parse_npz(content) if is_npz else parse_csv(content)
+    if "promote" in fields:  # form fields are text; the JSON form of the fit takes a boolean
+        fields["promote"] = {"true": True, "false": False}.get(fields["promote"].strip().lower(), fields["promote"])
     envelope = {**fields, "options": options, "holdout": {"scores": [0], "labels": [0]}}
     return validate(FitRequest, envelope), holdout, npz_input_error if is_npz else csv_input_error
 

@@ -29,7 +29,7 @@ Flags = Annotated[list[Any], WithJsonSchema({"type": "array", "items": {"type": 
 class FeedbackRequest(BaseModel):
     """Labels for logged prediction ids, or self-contained labelled probabilities."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     calibrator: str
     labels: Labels

@@ -1,0 +1,140 @@
+"""What fuzzing found, pinned down: hostile inputs get a 4xx problem, never a 500, on both databases.
+
+Each test here is a request schemathesis once turned into a 500 (or a
+response that did not match the OpenAPI description).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import httpx
+import pytest
+
+from app.api.logs import JsonFormatter
+from app.config import Settings
+
+from .conftest import LiveServer, migrated_database
+from .reliability.harness import admin_key, fit_body
+
+BIG = 2**40  # beyond PostgreSQL's integer, and 2**70 beyond SQLite's
+
+
+@pytest.fixture
+def fitted(client, name):
+    response = client.post("/calibrators", json=fit_body(name))
+    assert response.status_code == 201, response.text
+    return name
+
+
+def assert_problem(response: httpx.Response, status: int) -> dict:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    return response.json()
+
+
+@pytest.mark.parametrize("version", [BIG, 2**70])
+def test_versions_beyond_the_database_integer_are_refused(client, fitted, version):
+    name = fitted
+    assert_problem(client.get(f"/calibrators/{name}/versions/{version}"), 422)
+    assert_problem(client.get(f"/calibrators/{name}/monitor", params={"version": version}), 422)
+    assert_problem(client.post(f"/calibrators/{name}/promote", json={"version": version}), 422)
+    problem = assert_problem(client.post("/calibrate", json={"calibrator": name, "version": version, "scores": [0.5]}), 422)
+    assert problem["errors"][0]["pointer"] == "/version"
+    body = {"calibrator": name, "version": version, "probabilities": [0.5], "labels": [1]}
+    assert_problem(client.post("/feedback", json=body), 422)
+    # The largest version a database holds is still an ordinary 404.
+    assert_problem(client.get(f"/calibrators/{name}/versions/{2**31 - 1}"), 404)
+
+
+def test_nul_characters_are_refused_not_sent_to_the_database(client, fitted):
+    name = fitted
+    cursor = "AAAAAAAA"  # base64 of NUL bytes
+    problem = assert_problem(client.get("/calibrators", params={"cursor": cursor}), 422)
+    assert problem["errors"][0]["pointer"] == "/query/cursor"
+    problem = assert_problem(client.post("/calibrate", json={"calibrator": name, "scores": [0.5], "ids": ["a\x00b"]}), 422)
+    assert problem["errors"][0]["pointer"] == "/ids/0"
+    problem = assert_problem(client.post("/feedback", json={"calibrator": name, "ids": ["a\x00b"], "labels": [1]}), 422)
+    assert problem["errors"][0]["pointer"] == "/ids/0"
+    # A name with NUL can name no calibrator: 404 or 422 depending on the database, never 500.
+    response = client.post("/calibrate", json={"calibrator": "x\x00y", "scores": [0.5]})
+    assert response.status_code in (404, 422), response.text
+    response = client.post("/feedback", json={"calibrator": "x\x00y", "probabilities": [0.5], "labels": [1]})
+    assert response.status_code in (404, 422), response.text
+
+
+def test_an_upload_that_is_not_utf8_is_a_422(client, name):
+    png = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"
+    response = client.post("/calibrators", data={"name": name, "method": "platt"}, files={"file": ("holdout.csv", png)})
+    problem = assert_problem(response, 422)
+    assert problem["errors"][0]["pointer"] == "/file" and "UTF-8" in problem["detail"]
+
+
+def test_a_405_names_every_method_of_the_path(client):
+    response = client.request("PATCH", "/calibrators")
+    assert_problem(response, 405)
+    assert set(response.headers["Allow"].replace(" ", "").split(",")) >= {"GET", "POST"}
+    response = client.request("PUT", "/calibrators/some-name")
+    assert set(response.headers["Allow"].replace(" ", "").split(",")) >= {"GET", "DELETE"}
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def keyed(request, tmp_path_factory):
+    """A server of its own with an admin key (auth on), for requests that create keys."""
+    key = admin_key()
+    with migrated_database(request.param, tmp_path_factory.mktemp("keyed")) as url:
+        with LiveServer(Settings(database_url=url, bootstrap_admin_key=key)) as live:
+            with httpx.Client(base_url=live.url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as http:
+                yield http
+
+
+def test_key_expiry_and_descriptions_out_of_range_are_422(keyed):
+    assert_problem(keyed.post("/keys", json={"scopes": ["read"], "expires_in_days": 3.5e29}), 422)
+    assert keyed.post("/keys", json={"scopes": ["read"], "expires_in_days": 36500}).status_code == 201
+    # PostgreSQL cannot store NUL in text; SQLite can. Either way, no 500.
+    response = keyed.post("/keys", json={"scopes": ["read"], "description": "a\x00b"})
+    assert response.status_code in (201, 422), response.text
+    response = keyed.delete("/keys/a%00b")
+    assert response.status_code in (404, 422), response.text
+
+
+def test_an_unexpected_error_is_a_problem_with_the_request_id_in_the_answer_and_the_log(database_url):
+    lines: list[dict] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(json.loads(JsonFormatter().format(record)))
+
+    live = LiveServer(Settings(database_url=database_url))
+
+    async def boom() -> None:
+        raise RuntimeError("a bug")
+
+    live.server.config.app.add_api_route("/boom", boom)
+    handler = Collect()
+    logging.getLogger("calibd").addHandler(handler)
+    try:
+        with live:
+            response = httpx.get(live.url + "/boom", headers={"X-Request-ID": "trace-500"})
+    finally:
+        logging.getLogger("calibd").removeHandler(handler)
+    problem = assert_problem(response, 500)
+    assert response.headers["X-Request-ID"] == "trace-500" and "trace-500" in problem["detail"]
+    errors = [line for line in lines if line["level"] == "error"]
+    assert errors and errors[0]["request_id"] == "trace-500" and "RuntimeError: a bug" in errors[0]["exception"]
+
+
+def test_every_error_is_documented_as_a_problem(client):
+    spec = client.get("/openapi.json").json()
+    assert spec["components"]["schemas"]["Problem"]["required"] == ["type", "title", "status", "detail"]
+    for path, operations in spec["paths"].items():
+        for method, operation in operations.items():
+            responses = operation["responses"]
+            for code, response in responses.items():
+                if code[0] in "45":
+                    assert list(response["content"]) == ["application/problem+json"], (method, path, code)
+            if operation.get("security"):
+                assert {"401", "403", "503"} <= set(responses), (method, path)
+            if "requestBody" in operation:
+                assert {"400", "413", "415", "422"} <= set(responses), (method, path)
