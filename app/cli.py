@@ -85,9 +85,12 @@ def _parse_duration(text: str):
     if not text or text[-1] not in units:
         raise argparse.ArgumentTypeError("durations look like 30d, 12h or 90m")
     try:
-        return timedelta(**{units[text[-1]]: float(text[:-1])})
-    except ValueError:
-        raise argparse.ArgumentTypeError("durations look like 30d, 12h or 90m") from None
+        duration = timedelta(**{units[text[-1]]: float(text[:-1])})
+    except (ValueError, OverflowError):
+        raise argparse.ArgumentTypeError("durations look like 30d, 12h or 90m, up to 36500d") from None
+    if not timedelta(0) < duration <= timedelta(days=36_500):
+        raise argparse.ArgumentTypeError("a key lives more than no time and at most 36500d (100 years)")
+    return duration
 
 
 def _keys_create(args: argparse.Namespace) -> int:
