@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from contextlib import asynccontextmanager
 
@@ -14,8 +15,8 @@ from .api import (
     calibrate, calibrators, evaluate, feedback, health, keys, observability, problems, recalibration, reports, transfer,
 )
 from .api.bodies import BodySizeLimit
-from .api.logs import RequestContext, configure_logging
 from .api.calibrators.fit_pool import FitPool
+from .api.logs import RequestContext, configure_logging
 from .api.observability import PREDICTION_LOG_DROPPED, RequestMetrics, make_registry
 from .api.state import Services
 from .config import Settings, get_settings
@@ -31,31 +32,17 @@ logger = logging.getLogger("calibd")
 
 
 async def _every(seconds: float, job, what: str) -> None:
-    """Run ``job`` in a worker thread every ``seconds``; a failure is logged and retried next time."""
+    """Run ``job`` every ``seconds``: awaited if it is a coroutine function, else in a worker
+    thread. A failure (the database restarting, say) is logged, and the job runs again next time."""
     while True:
         try:
-            await run_in_threadpool(job)
-        except Exception as error:  # the database may be restarting
+            if inspect.iscoroutinefunction(job):
+                await job()
+            else:
+                await run_in_threadpool(job)
+        except Exception as error:
             logger.warning("%s failed: %s", what, error)
         await asyncio.sleep(seconds)
-
-
-async def _recalibrate(app_services: Services, seconds: float) -> None:
-    """Run the closed-loop recalibration of every calibrator that has a policy."""
-    while True:
-        await asyncio.sleep(seconds)
-        try:
-            await recalibration.run_loop_once(app_services)
-        except Exception as error:  # the database may be away
-            logger.warning("recalibration pass failed: %s", error)
-
-
-async def _flush_prediction_log(log: PredictionLog, seconds: float) -> None:
-    while True:
-        await asyncio.sleep(seconds)
-        entries = log.take()
-        if entries:
-            await run_in_threadpool(log.write, entries)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -92,13 +79,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         def purge() -> None:
             feedback_store.purge(sessions, utcnow(), settings.prediction_ttl, settings.feedback_retention)
 
+        async def flush_prediction_log() -> None:
+            entries = prediction_log.take()
+            if entries:
+                await run_in_threadpool(prediction_log.write, entries)
+
+        async def recalibrate() -> None:
+            await recalibration.run_loop_once(app.state.services)
+
         tasks = [
-            asyncio.create_task(_every(settings.version_poll_seconds, store.refresh, "registry poll")),
-            asyncio.create_task(_every(settings.version_poll_seconds, keyring.refresh, "key refresh")),
-            asyncio.create_task(_flush_prediction_log(prediction_log, 0.2)),
-            asyncio.create_task(_every(600, purge, "retention purge")),
-            asyncio.create_task(_every(10, lambda: sweep_interrupted(sessions), "fit job sweep")),
-            asyncio.create_task(_recalibrate(app.state.services, settings.recalibration_interval_seconds)),
+            asyncio.create_task(_every(*job))
+            for job in (
+                (settings.version_poll_seconds, store.refresh, "registry poll"),
+                (settings.version_poll_seconds, keyring.refresh, "key refresh"),
+                (0.2, flush_prediction_log, "prediction log write"),
+                (600, purge, "retention purge"),
+                (10, lambda: sweep_interrupted(sessions), "fit job sweep"),
+                (settings.recalibration_interval_seconds, recalibrate, "recalibration pass"),
+            )
         ]
         try:
             yield
