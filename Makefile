@@ -19,5 +19,10 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/pytest
 
+# Every benchmark in benchmarks/, then benchmarks/RESULTS.md (about 40 minutes on 2 cores; needs wrk,
+# and PostgreSQL for the /feedback one). One benchmark alone: $(BIN)/python benchmarks/<name>.py
+bench: $(STAMP)
+	$(BIN)/python benchmarks/run_all.py
+
 clean:
 	rm -rf $(VENV) calibd.db .pytest_cache .hypothesis

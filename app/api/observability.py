@@ -165,5 +165,13 @@ class RequestMetrics:
             await self.app(scope, receive, observe_status)
         finally:
             route = scope.get("route")
-            path = getattr(route, "path", "unmatched")
-            REQUEST_DURATION.labels(path, scope["method"], str(status)).observe(time.perf_counter() - started)
+            key = (getattr(route, "path", "unmatched"), scope["method"], status)
+            child = _duration_children.get(key)
+            if child is None:
+                child = _duration_children[key] = REQUEST_DURATION.labels(key[0], key[1], str(status))
+            child.observe(time.perf_counter() - started)
+
+
+#: The histogram's children by (route, method, status): ``labels()`` takes a lock and
+#: builds its key on every call. Bounded by the app's routes times the statuses it answers.
+_duration_children: dict[tuple[str, str, int], Histogram] = {}

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import isotonic_regression
 
-from ._fastpath import quick_scores
+from ._fastpath import quick_list, quick_scores
 from .base import Calibrator, CalibrationInputError
 
 
@@ -54,6 +54,10 @@ def pool_ties(
         scores, labels, weights = scores[keep], labels[keep], weights[keep]
     if scores.shape[0] == 0:
         raise CalibrationInputError("sample_weight", "weights must not all be zero")
+    if labels.dtype.kind in "iu" and (weights == 1.0).all() and labels.min() >= 0 and labels.max() <= 1:
+        pooled = _pool_unit_weights(scores, labels)
+        if pooled is not None:
+            return pooled
     order = np.argsort(scores)
     sorted_scores, w = scores[order], weights[order]
     y = labels[order].astype(np.float64)
@@ -62,6 +66,35 @@ def pool_ties(
     positive = np.add.reduceat(w * y, starts)
     negative = np.add.reduceat(w * (1.0 - y), starts)
     return sorted_scores[starts], total, positive, negative
+
+
+def _pool_unit_weights(
+    scores: np.ndarray, labels: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """``pool_ties`` for unit weights and 0/1 labels with every |score| < 2 (probabilities), else None.
+
+    One sort of int64 keys instead of an argsort and three gathers: a float's
+    bits, mapped so that integer order is float order, shifted left by one,
+    with the label in the freed bit (|score| < 2 leaves the bit free), so ties
+    stay together and each tie's labels are its keys' last bits. About half the
+    time of the general path at a million rows.
+    """
+    if not (scores.min() > -2.0 and scores.max() < 2.0):
+        return None
+    bits = (scores + 0.0).view(np.int64)  # + 0.0 turns -0.0, which ties with 0.0, into 0.0
+    # Negative floats: flipping all but the sign bit makes their integer order their float order.
+    keys = np.where(bits < 0, bits ^ np.int64(0x7FFFFFFFFFFFFFFF), bits)
+    keys <<= 1
+    keys |= labels
+    keys.sort()
+    positive_bits = keys & 1
+    keys >>= 1
+    starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
+    distinct = keys[starts]
+    distinct = np.where(distinct < 0, distinct ^ np.int64(0x7FFFFFFFFFFFFFFF), distinct).view(np.float64)
+    total = np.diff(np.append(starts, keys.shape[0])).astype(np.float64)
+    positive = np.add.reduceat(positive_bits, starts, dtype=np.float64)
+    return distinct, total, positive, total - positive
 
 
 def _interp_by_ratio(scores: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -74,9 +107,15 @@ def _interp_by_ratio(scores: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.nda
 
 #: Below this many scores np.interp's binary search is cheaper than the grid's fixed cost.
 _GRID_MIN_BATCH = 256
-#: Grid cells per threshold, and the most vectorised passes before crowded cells are searched instead.
-_CELLS_PER_THRESHOLD = 4
-_MAX_PASSES = 3
+#: Fewer thresholds than this: np.interp's search is short enough.
+_GRID_MIN_THRESHOLDS = 8
+#: Grid cells per threshold tried (the finer one when the coarser has cells of more than
+#: _PASSES thresholds), and the largest grid.
+_CELLS_PER_THRESHOLD = (8, 32)
+_MAX_CELLS = 1 << 18
+#: Thresholds compared per score (isotonic thresholds come in pairs, a block's first and
+#: last score, often closer than any cell); scores in cells holding more are binary-searched.
+_PASSES = 2
 
 
 class _GridLookup:
@@ -87,18 +126,22 @@ class _GridLookup:
     monotone in v (rounding never reverses order), so every threshold in an
     earlier cell is <= s and every one in a later cell is > s. The segment of s,
     j = #{i: x_i <= s} - 1, is therefore base[cell] (the thresholds before the
-    cell, minus one) plus a comparison with each threshold inside the cell:
-    exact, whatever the rounding. With about 4 cells per threshold most cells
-    hold at most one threshold; scores in cells with more than _MAX_PASSES are
-    binary-searched instead.
+    cell, minus one) plus one comparison with each threshold inside the cell:
+    exact, whatever the rounding. ``following[t][c]`` is the (t+1)-th threshold
+    from the cell's start (a later cell's threshold, or +inf, compares false).
+    Each comparison is one vectorised pass over the batch, at most _PASSES;
+    the few scores that fall in a cell holding more thresholds are
+    binary-searched, and when many would (clustered thresholds) np.interp is
+    kept. About 3.5 times faster than np.interp at 10,000 scores and a few
+    hundred thresholds.
     """
 
-    __slots__ = ("x", "y", "x_first", "x_last", "scale", "base", "padded", "slopes", "passes", "crowded")
+    __slots__ = ("x", "y", "x_first", "x_last", "scale", "base", "following", "slopes", "crowded")
 
     @classmethod
     def build(cls, x: np.ndarray, y: np.ndarray) -> _GridLookup | None:
         k = x.shape[0]
-        if k < 2:
+        if k < _GRID_MIN_THRESHOLDS:
             return None
         span = float(x[-1] - x[0])
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -106,20 +149,25 @@ class _GridLookup:
         # Overflowing spans or slopes (subnormal-close knots) keep np.interp and its repair.
         if not (np.isfinite(span) and span > 0 and np.isfinite(slopes).all()):
             return None
+        for per_threshold in _CELLS_PER_THRESHOLD:
+            scale = min(max(per_threshold * k, 64), _MAX_CELLS) / span
+            cell = ((x - x[0]) * scale).astype(np.intp)
+            counts = np.bincount(cell, minlength=int(cell[-1]) + 1)
+            if counts.max() <= _PASSES:
+                break
+        crowded = counts > _PASSES
+        # Thresholds in crowded cells are few unless the scores cluster; then keep np.interp.
+        if counts[crowded].sum() > k // 8:
+            return None
+        passes = int(min(counts.max(), _PASSES))
         self = cls()
-        cells = int(min(max(_CELLS_PER_THRESHOLD * k, 64), 1 << 22))
-        self.scale = cells / span
         self.x, self.y, self.slopes = x, y, slopes
         self.x_first, self.x_last = float(x[0]), float(x[-1])
-        cell = ((x - self.x_first) * self.scale).astype(np.intp)
-        counts = np.bincount(cell, minlength=int(cell[-1]) + 1)
-        index_type = np.int32 if k < 2**31 - 64 else np.intp
-        self.base = (np.cumsum(counts) - counts - 1).astype(index_type)
-        most = int(counts.max())
-        self.passes = min(most, _MAX_PASSES)
-        # Comparisons past the cell's own thresholds meet later thresholds (> s) or +inf.
-        self.padded = np.append(x, np.full(self.passes, np.inf))
-        self.crowded = counts > _MAX_PASSES if most > _MAX_PASSES else None
+        self.scale = scale
+        self.base = np.cumsum(counts) - counts - 1
+        padded = np.append(x, np.full(passes, np.inf))
+        self.following = [padded[self.base + step] for step in range(1, passes + 1)]
+        self.crowded = crowded if crowded.any() else None
         return self
 
     def __call__(self, scores: np.ndarray) -> np.ndarray:
@@ -127,24 +175,64 @@ class _GridLookup:
         offset = s - self.x_first
         offset *= self.scale
         cell = offset.astype(np.intp)
-        base = self.base[cell]
-        j = base.copy()
-        for step in range(1, self.passes + 1):
-            j += self.padded[base + step] <= s
+        # take() rather than fancy indexing: the same gather with less setup.
+        j = self.base.take(cell)
+        for following in self.following:
+            j += following.take(cell) <= s
         if self.crowded is not None:
-            crowded = self.crowded[cell]
+            crowded = self.crowded.take(cell)
             if crowded.any():
                 j[crowded] = np.searchsorted(self.x, s[crowded], side="right") - 1
         # np.interp's arithmetic: slope_j (s - x_j) + y_j; the last threshold has slope 0.
-        p = s - self.x[j]
-        p *= self.slopes[j]
-        p += self.y[j]
+        p = s - self.x.take(j)
+        p *= self.slopes.take(j)
+        p += self.y.take(j)
         return p
 
     @property
     def nbytes(self) -> int:
         extra = 0 if self.crowded is None else self.crowded.nbytes
-        return self.base.nbytes + self.padded.nbytes + self.slopes.nbytes + extra
+        return self.base.nbytes + sum(f.nbytes for f in self.following) + self.slopes.nbytes + extra
+
+
+try:  # np.interp without its Python wrapper (dtype dispatch, period handling): a few us a call
+    from numpy._core.multiarray import interp as _compiled_interp
+except ImportError:  # pragma: no cover - another numpy layout
+    _compiled_interp = None
+
+
+class _Interpolator:
+    """np.interp(s, x, y), "clip" outside [x_1, x_k], as fast as the batch allows.
+
+    Large batches go through the grid; small ones straight to numpy's compiled
+    interp. Only when some slope overflows (knots subnormal-close) can interp
+    return non-finite values; then those rows are redone by ``_interp_by_ratio``.
+    """
+
+    __slots__ = ("x", "y", "grid", "safe", "nbytes")
+
+    def __init__(self, x: np.ndarray, y: np.ndarray):
+        self.x, self.y = x, y
+        self.grid = _GridLookup.build(x, y)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            self.safe = bool(np.isfinite((y[1:] - y[:-1]) / (x[1:] - x[:-1])).all()) and _compiled_interp is not None
+        self.nbytes = 0 if self.grid is None else self.grid.nbytes
+
+    def __call__(self, scores: np.ndarray | list[float]) -> np.ndarray:
+        if self.grid is not None and len(scores) >= _GRID_MIN_BATCH:
+            return self.grid(np.asarray(scores, dtype=np.float64))
+        x, y = self.x, self.y
+        if self.safe:  # finite slopes: every output is finite (interp converts a list itself)
+            return _compiled_interp(scores, x, y, None, None)
+        scores = np.asarray(scores, dtype=np.float64)
+        # np.interp holds the end values outside the fitted range (the "clip").
+        p = np.interp(scores, x, y)
+        # It divides by the knot spacing first, which overflows when two knots
+        # are subnormal-close (scores within ~1e-300 of 0): redo those rows.
+        bad = ~np.isfinite(p)
+        if bad.any():
+            p[bad] = _interp_by_ratio(scores[bad], x, y)
+        return p
 
 
 class IsotonicCalibrator(Calibrator):
@@ -166,8 +254,16 @@ class IsotonicCalibrator(Calibrator):
         # Block means of 0/1 labels lie in [0, 1]; the clip only undoes rounding.
         self.y_thresholds_ = np.clip(fitted[keep], 0.0, 1.0)
 
+    def predict_details(self, scores, **arrays):
+        # The hot path: a short valid list goes to numpy's interp as it is (one numpy
+        # call for the whole prediction); everything else through the full checks.
+        if not arrays and getattr(self, "n_classes_", 2) == 2 and hasattr(self, "y_thresholds_"):
+            if quick_list(scores, self.input):
+                return self._interpolator()(scores), {}
+        return super().predict_details(scores, **arrays)
+
     def check_predict_scores(self, scores):
-        # The hot path: a valid float64 array is returned as it is, as the full check would.
+        # A valid float64 array is returned as it is, as the full check would.
         if getattr(self, "n_classes_", 2) == 2 and hasattr(self, "y_thresholds_"):
             quick = quick_scores(scores, self.input)
             if quick is not None:
@@ -176,30 +272,17 @@ class IsotonicCalibrator(Calibrator):
 
     def prepare(self) -> None:
         """Build the lookup grid now (the calibrator cache calls this before sizing an entry)."""
-        self._lookup()
+        self._interpolator()
 
-    def _lookup(self) -> _GridLookup | None:
+    def _interpolator(self) -> _Interpolator:
         x, y = self.x_thresholds_, self.y_thresholds_
-        cached = getattr(self, "_grid", None)
-        if cached is None or cached[0] is not x or cached[1] is not y:
-            cached = (x, y, _GridLookup.build(x, y))
-            self._grid = cached
-        return cached[2]
+        cached = getattr(self, "_lookup", None)
+        if cached is None or cached.x is not x or cached.y is not y:
+            cached = self._lookup = _Interpolator(x, y)
+        return cached
 
     def _predict(self, scores: np.ndarray) -> np.ndarray:
-        x, y = self.x_thresholds_, self.y_thresholds_
-        if scores.shape[0] >= _GRID_MIN_BATCH:
-            lookup = self._lookup()
-            if lookup is not None:
-                return lookup(scores)
-        # np.interp holds the end values outside the fitted range (the "clip").
-        p = np.interp(scores, x, y)
-        # It divides by the knot spacing first, which overflows when two knots
-        # are subnormal-close (scores within ~1e-300 of 0): redo those rows.
-        bad = ~np.isfinite(p)
-        if bad.any():
-            p[bad] = _interp_by_ratio(scores[bad], x, y)
-        return p
+        return self._interpolator()(scores)
 
     def fit_info(self) -> dict[str, Any]:
         x, y = self.x_thresholds_, self.y_thresholds_

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._fastpath import quick_extremes, quick_scores
 from ._logistic import fit_logistic
 from ._multiclass import MAX_TEMPERATURE, MIN_TEMPERATURE, as_logits, fit_inverse_temperature, softmax
 from .base import Calibrator, CalibrationInputError, sigmoid, to_logit
@@ -54,7 +55,28 @@ class TemperatureCalibrator(Calibrator):
         # temperature cannot express that, so the closest it gets is T -> inf.
         self.temperature_ = float(1.0 / inverse_temperature) if inverse_temperature > 1e-12 else 1e12
 
+    def predict_details(self, scores, **arrays):
+        # The hot path: logit rows of K columns, valid as they stand, in four numpy calls
+        # after the two of the check (the minimum and the maximum).
+        k = getattr(self, "n_classes_", 2)
+        if not arrays and hasattr(self, "temperature_"):
+            extremes = quick_extremes(scores, self.input, ndim=2, n_columns=k)
+            if extremes is not None:
+                low, high = extremes
+                t = self.temperature_
+                return _softmax_in_place(scores / t, low / t, high / t), {}
+        return super().predict_details(scores, **arrays)
+
     def check_predict_scores(self, scores):
+        # A valid float64 array (flat, or logit rows of K columns) is returned as it
+        # is, as the full check would; probability rows are renormalised there.
+        k = getattr(self, "n_classes_", 2)
+        if hasattr(self, "temperature_"):
+            quick = quick_scores(scores, self.input) if k == 2 else None
+            if quick is None:
+                quick = quick_scores(scores, self.input, ndim=2, n_columns=k)
+            if quick is not None:
+                return quick
         checked = super().check_predict_scores(scores)
         # The base checks the column count for K >= 3 only (K = 2 also takes flat scores).
         k = getattr(self, "n_classes_", None)
@@ -66,8 +88,30 @@ class TemperatureCalibrator(Calibrator):
 
     def _predict(self, scores: np.ndarray) -> np.ndarray:
         if scores.ndim == 2:
-            return softmax(as_logits(scores, self.input) / self.temperature_)
+            return _softmax_in_place(as_logits(scores, self.input) / self.temperature_)
         return sigmoid(to_logit(scores, self.input) / self.temperature_)
 
     def fit_info(self) -> dict:
         return {"temperature": self.temperature_}
+
+
+#: |logit / T| below this: exp neither overflows (a row's sum stays finite) nor leaves the normal floats.
+_UNSHIFTED_RANGE = 600.0
+
+
+def _softmax_in_place(z: np.ndarray, low: float | None = None, high: float | None = None) -> np.ndarray:
+    """``softmax(z)`` by rows, overwriting z (a temporary), the same to a few ulps.
+
+    softmax subtracts each row's maximum before exp, so that exp cannot
+    overflow; when every |z| < 600 no shift is needed (every exp is a normal
+    float, so each row's ratios keep full precision), which saves the
+    row-wise maximum, the costliest step on small batches. ``low`` and
+    ``high``, z's extremes when the caller already knows them, save two passes.
+    """
+    if low is None or high is None:
+        low, high = float(z.min()), float(z.max())
+    if not max(high, -low) < _UNSHIFTED_RANGE:  # also NaN
+        return softmax(z)
+    np.exp(z, out=z)
+    z /= np.add.reduce(z, axis=1, keepdims=True)
+    return z

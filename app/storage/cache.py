@@ -44,6 +44,8 @@ def estimate_nbytes(value: Any) -> int:
     """Rough memory held by a fitted calibrator: its arrays plus a fixed overhead."""
     if isinstance(value, np.ndarray):
         return value.nbytes
+    if isinstance(getattr(value, "nbytes", None), int):  # e.g. isotonic's lookup grid
+        return value.nbytes
     if isinstance(value, Calibrator):
         return 1024 + sum(estimate_nbytes(v) for v in vars(value).values())
     if isinstance(value, dict):
@@ -89,6 +91,9 @@ class CalibratorStore:
 
     def _cache(self, info: VersionInfo) -> LoadedCalibrator:
         calibrator = from_dict(info.parameters)
+        prepare = getattr(calibrator, "prepare", None)
+        if prepare is not None:  # build lookup tables now: off the request path, and counted below
+            prepare()
         loaded = LoadedCalibrator(
             name=info.name,
             uid=info.uid,

@@ -1,0 +1,253 @@
+"""Where /calibrate's time goes beyond the baseline's: a cost breakdown, and a py-spy profile.
+
+    .venv/bin/python benchmarks/calibrate_profile.py [--requests 3000] [--no-py-spy]
+
+(1) In process, through the whole ASGI app (middleware, routing, auth) but
+    without sockets: routes that each do one more step of /calibrate's work than
+    the last, all inserted at the front of the route table (matching a route far
+    down the table costs tens of microseconds by itself), timed request by
+    request in interleaved order, median per route:
+      A  the baseline: parse, check the envelope, answer the scores as they came;
+      B  + find the calibrator in memory and count the request (two counters);
+      C  + make the scores a float64 array (struct, for more than 256 scores or rows);
+      D  + the calibrator's predict_details (validation and calibration);
+      E  + answer the probabilities (a numpy array) instead of the scores: /calibrate.
+    The increments are what each step costs per request here; E - A is what
+    calibrating costs over the HTTP + JSON floor the baseline measures.
+(2) With py-spy (``--py-spy PATH``, else on PATH or /tmp/prof-venv/bin/py-spy;
+    not a calibd dependency: ``pip install py-spy`` in a scratch virtualenv), a
+    sampling profile of a real `calibd serve` under wrk on the 10,000-score
+    workload, /calibrate and the baseline: the functions with the most samples.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import importlib
+import logging
+import os
+import secrets
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+os.environ["CALIBD_BENCHMARK_ROUTES"] = "1"
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from _harness import Server, machine, run_wrk, write_results  # noqa: E402
+import calibrate_throughput as ct  # noqa: E402
+
+STEPS = [
+    ("A", "baseline: parse, envelope, answer the scores"),
+    ("B", "+ calibrator from memory, two counters"),
+    ("C", "+ scores to a float64 array"),
+    ("D", "+ predict_details (validation, calibration)"),
+    ("E", "+ answer the probabilities (all /calibrate does)"),
+]
+
+
+def step_route(level: int):
+    from fastapi import Request
+
+    from app.api.bodies import parse_json_object, require_json
+    from app.api.state import services
+    from app.api.validation import json_response
+
+    router = importlib.import_module("app.api.calibrate.router")
+
+    async def route(request: Request):
+        require_json(request.headers)
+        data = parse_json_object(await request.body())
+        name, version, scores, ids, arrays = router._envelope(data)
+        if level == 0:
+            return json_response({"calibrator": name, "version": 1, "probabilities": scores})
+        loaded = services(request).store.get(name, version)
+        requests, scored = router._counters.get(name) or router._count(name)
+        requests.inc()
+        scored.inc(len(scores))
+        values = router._float_array(scores) if level >= 2 else None
+        if level >= 3:
+            probabilities, extras = loaded.calibrator.predict_details(scores if values is None else values)
+        if level >= 4:
+            return json_response({"calibrator": name, "version": loaded.version, "probabilities": probabilities})
+        return json_response({"calibrator": name, "version": 1, "probabilities": scores})
+
+    return route
+
+
+def scope_for(path: str, body: bytes, key: str) -> dict:
+    return {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+        "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+        "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"),
+                    (b"authorization", f"Bearer {key}".encode()), (b"content-length", str(len(body)).encode())],
+        "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8000),
+    }
+
+
+async def call(app, path: str, body: bytes, key: str) -> tuple[int, bytes]:
+    sent = False
+    status, chunks = 0, []
+
+    async def receive():
+        nonlocal sent
+        if sent:
+            await asyncio.sleep(3600)
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message):
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+
+    await app(scope_for(path, body, key), receive, send)
+    return status, b"".join(chunks)
+
+
+async def breakdown(requests: int) -> dict[str, dict[str, float]]:
+    from fastapi.routing import APIRoute
+
+    from app.api.auth import REQUIRE_CALIBRATE
+    from app.config import Settings
+    from app.main import create_app
+    from app.storage import migrate
+    from app.storage.db import make_engine
+
+    folder = Path(tempfile.mkdtemp(prefix="calibd-profile-"))
+    url = f"sqlite:///{folder / 'calibd.db'}"
+    engine = make_engine(url)
+    migrate.upgrade(engine)
+    engine.dispose()
+    key = f"calibd_prof{secrets.token_hex(4)}_{secrets.token_hex(16)}"
+    app = create_app(Settings(database_url=url, bootstrap_admin_key=key, fit_workers=0))
+    for logger in ("calibd", "calibd.access"):  # the access line is written, to /dev/null
+        for handler in logging.getLogger(logger).handlers:
+            handler.setStream(open(os.devnull, "w"))
+    for level in range(5):
+        route = APIRoute(f"/profile/step{level}", step_route(level), methods=["POST"], dependencies=[REQUIRE_CALIBRATE])
+        app.router.routes.insert(0, route)
+    results: dict[str, dict[str, float]] = {}
+    async with app.router.lifespan_context(app):
+        rng = np.random.default_rng(1)
+        s = rng.random(50_000)
+        y = (rng.random(s.shape[0]) < s**1.4).astype(int)
+        status, out = await call(app, "/calibrators", orjson.dumps(
+            {"name": "iso", "method": "isotonic", "holdout": {"scores": s.tolist(), "labels": y.tolist()}}), key)
+        assert status == 201, out
+        z = rng.normal(0.0, 2.0, size=(5_000, 10))
+        status, out = await call(app, "/calibrators", orjson.dumps(
+            {"name": "temp10", "method": "temperature", "input": "logit",
+             "holdout": {"scores": z.tolist(), "labels": rng.integers(0, 10, 5_000).tolist()}}), key)
+        assert status == 201, out
+        payloads = ct.bodies(np.random.default_rng(0))
+        paths = [f"/profile/step{level}" for level in range(5)]
+        for wkey, *_ in ct.WORKLOADS:
+            n = requests if wkey != "1c" else max(100, requests // 15)
+            for path in paths:
+                for _ in range(20):
+                    status, out = await call(app, path, payloads[wkey], key)
+                    assert status == 200, (path, out)
+            samples = {path: [] for path in paths}
+            clock = time.perf_counter
+            for i in range(n):
+                for path in (paths if i % 2 == 0 else paths[::-1]):
+                    started = clock()
+                    await call(app, path, payloads[wkey], key)
+                    samples[path].append(clock() - started)
+            results[wkey] = {letter: statistics.median(samples[path]) for (letter, _), path in zip(STEPS, paths)}
+            print(f"  {wkey}: " + ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in results[wkey].items()),
+                  file=sys.stderr, flush=True)
+    shutil.rmtree(folder, ignore_errors=True)
+    return results
+
+
+def py_spy_profile(py_spy: str, seconds: float) -> dict[str, list[tuple[float, str]]]:
+    """Own-time shares of the busiest frames of a served /calibrate and baseline, 10,000 scores."""
+    payload = ct.bodies(np.random.default_rng(0))["1c"]
+    out = {}
+    with Server() as server:
+        ct.fit_calibrators(server, np.random.default_rng(1))
+        auth = server.headers["Authorization"]
+        for route, path in (("/calibrate", "/calibrate"), ("baseline", "/benchmark/calibrate-baseline")):
+            url = server.url + path
+            run_wrk(url, payload, auth, 1.0, 8)
+            folder = Path(tempfile.mkdtemp(prefix="py-spy-"))
+            spy = subprocess.Popen([py_spy, "record", "-p", str(server.process.pid), "-d", str(int(seconds)), "-r", "250",
+                                    "-f", "raw", "-o", str(folder / "raw.txt"), "--nonblocking"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            run_wrk(url, payload, auth, seconds + 2, 8)
+            spy.wait()
+            own: collections.Counter = collections.Counter()
+            total = 0
+            raw = folder / "raw.txt"
+            for line in (raw.read_text().splitlines() if raw.exists() else []):
+                stack, _, count = line.rpartition(" ")
+                frame = stack.split(";")[-1]
+                total += int(count)
+                own[frame] += int(count)
+            shutil.rmtree(folder, ignore_errors=True)
+            out[route] = [(n / total, frame) for frame, n in own.most_common(12)] if total else []
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=3000, help="requests per route and workload (default 3000)")
+    parser.add_argument("--py-spy", default=None, help="py-spy executable")
+    parser.add_argument("--no-py-spy", action="store_true")
+    parser.add_argument("--seconds", type=float, default=8.0, help="py-spy recording per route (default 8)")
+    args = parser.parse_args(argv)
+    started_machine = machine()
+    results = asyncio.run(breakdown(args.requests))
+    labels = {key: label for key, label, *_ in ct.WORKLOADS}
+    lines = [
+        "## Where /calibrate's time goes (profile)",
+        "",
+        f"`benchmarks/calibrate_profile.py --requests {args.requests}`; {started_machine}. In process, through the "
+        "whole app (middleware, routing, auth, access log) without sockets; routes that each add one step of "
+        "/calibrate's work, timed request by request in interleaved order (median, microseconds). Each step's cost is "
+        "its row minus the one above; E / A is the in-process counterpart of the throughput ratio (uvicorn's and the "
+        "kernel's share of a served request, the same for both, is left out, so the served ratio is higher).",
+        "",
+        "| step | " + " | ".join(labels[k] for k in results) + " |",
+        "|---|" + "---:|" * len(results),
+    ]
+    for letter, text in STEPS:
+        cells = []
+        for key in results:
+            value = results[key][letter]
+            previous = results[key][chr(ord(letter) - 1)] if letter != "A" else None
+            cells.append(f"{value * 1e6:.0f}" + ("" if previous is None else f" ({(value - previous) * 1e6:+.0f})"))
+        lines.append(f"| {letter}: {text} | " + " | ".join(cells) + " |")
+    lines.append("| A / E (in process) | " + " | ".join(f"{results[k]['A'] / results[k]['E']:.2f}" for k in results) + " |")
+    py_spy = args.py_spy or shutil.which("py-spy") or ("/tmp/prof-venv/bin/py-spy" if Path("/tmp/prof-venv/bin/py-spy").exists() else None)
+    if args.no_py_spy or not py_spy:
+        lines += ["", "py-spy profile: not run (" + ("--no-py-spy" if args.no_py_spy else "py-spy not found") + ")."]
+    else:
+        profile = py_spy_profile(py_spy, args.seconds)
+        lines += ["", f"py-spy ({py_spy}), {args.seconds:g} s of a served 10,000-score workload under wrk, "
+                      "own samples by frame (the line that was running), the top 12:", ""]
+        for route, rows in profile.items():
+            lines += [f"**{route}**", "", "| share | frame |", "|---:|---|",
+                      *(f"| {share:.1%} | `{frame}` |" for share, frame in rows), ""]
+    write_results("calibrate_profile", "\n".join(lines), [])
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""POST /feedback into PostgreSQL, batches of 5,000, monitor aggregates included (targets 4a, 4b).
+
+    .venv/bin/python benchmarks/feedback_ingest.py [--runs 3] [--batches 40] [--clients 4]
+
+A `calibd serve` process (one uvicorn worker, auth on) on a fresh schema of the
+local PostgreSQL (CALIBD_BENCH_POSTGRES_URL, default the `test` database).
+Every request commits, in one transaction, its rows, the monitor buckets of
+their minute and bins, and the drift test's new state.
+
+* self-contained (4a): {"calibrator", "probabilities": 5,000, "labels": 5,000};
+* by prediction id (4b): first /calibrate logs the predictions with ids
+  (batches of 5,000 scores), the benchmark waits until the prediction log has
+  written every one (it counts them in the database), then /feedback sends
+  {"calibrator", "ids": 5,000, "labels": 5,000}, joined to the logged predictions.
+
+``--clients`` clients post concurrently (httpx, keep-alive), each its share of
+``--batches`` batches; items per second = items acknowledged / wall time from
+the first request to the last answer. Median over ``--runs`` runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import Server, Target, fmt_rate, machine, median, postgres_available, postgres_schema, write_results  # noqa: E402
+
+BATCH = 5_000
+
+
+def post_all(server: Server, bodies: list[bytes], clients: int) -> tuple[float, int]:
+    """Post every body to /feedback; (seconds, items acknowledged)."""
+    import httpx
+
+    headers = {**server.headers, "Content-Type": "application/json"}
+    shares = [bodies[i::clients] for i in range(clients)]
+
+    def run(share: list[bytes]) -> int:
+        count = 0
+        with httpx.Client(base_url=server.url, headers=headers, timeout=120) as http:
+            for body in share:
+                response = http.post("/feedback", content=body)
+                if response.status_code != 202:
+                    raise RuntimeError(f"/feedback: {response.status_code} {response.text[:300]}")
+                receipt = response.json()
+                if receipt["unknown_ids"] or receipt["expired_ids"]:
+                    raise RuntimeError(f"/feedback: {len(receipt['unknown_ids'])} unknown ids")
+                count += receipt["count"]
+        return count
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        count = sum(pool.map(run, shares))
+    return time.perf_counter() - started, count
+
+
+def logged_predictions(url: str) -> int:
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return connection.execute(text("SELECT count(*) FROM predictions")).scalar_one()
+    finally:
+        engine.dispose()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--batches", type=int, default=40, help="batches of 5,000 per run (default 40)")
+    parser.add_argument("--clients", type=int, default=4, help="concurrent clients (default 4)")
+    args = parser.parse_args(argv)
+    if not postgres_available():
+        print("PostgreSQL unreachable: feedback_ingest not run", file=sys.stderr)
+        write_results("feedback_ingest", "## POST /feedback into PostgreSQL (targets 4a, 4b)\n\nNot run: PostgreSQL unreachable.",
+                      [Target("4a", "POST /feedback into PostgreSQL, self-contained", "not run", "", None, ">= 50,000/s", False,
+                              "PostgreSQL unreachable"),
+                       Target("4b", "POST /feedback into PostgreSQL, joined by prediction id", "not run", "", None,
+                              ">= 20,000/s", False, "PostgreSQL unreachable")])
+        return 1
+
+    rng = np.random.default_rng(0)
+    started_machine = machine()
+    rates: dict[str, list[float]] = {"self": [], "ids": []}
+    log_rates: list[float] = []
+    with postgres_schema() as url, Server(database_url=url) as server:
+        s = rng.random(20_000)
+        server.fit("fb", "platt", s, (rng.random(s.shape[0]) < s).astype(int))
+        serial = 0
+        for run in range(args.runs):
+            # -- self-contained -----------------------------------------------------
+            bodies = []
+            for _ in range(args.batches):
+                p = rng.random(BATCH)
+                bodies.append(orjson.dumps({"calibrator": "fb", "probabilities": p.tolist(),
+                                            "labels": (rng.random(BATCH) < p).astype(int).tolist()}))
+            seconds, count = post_all(server, bodies, args.clients)
+            rates["self"].append(count / seconds)
+            # -- by prediction id: log, wait for the log, label --------------------------
+            before = logged_predictions(url)
+            batches = []
+            started = time.perf_counter()
+            for _ in range(args.batches):
+                ids = [f"r{serial + i}" for i in range(BATCH)]
+                serial += BATCH
+                server.post("/calibrate", {"calibrator": "fb", "scores": rng.random(BATCH).tolist(), "ids": ids})
+                batches.append(ids)
+            expected = before + args.batches * BATCH
+            while logged_predictions(url) < expected:
+                time.sleep(0.1)
+            log_rates.append(args.batches * BATCH / (time.perf_counter() - started))
+            bodies = [orjson.dumps({"calibrator": "fb", "ids": ids, "labels": rng.integers(0, 2, BATCH).tolist()})
+                      for ids in batches]
+            seconds, count = post_all(server, bodies, args.clients)
+            rates["ids"].append(count / seconds)
+            print(f"  run {run + 1}: self-contained {rates['self'][-1]:,.0f}/s, by id {rates['ids'][-1]:,.0f}/s "
+                  f"(predictions logged at {log_rates[-1]:,.0f}/s)", file=sys.stderr, flush=True)
+
+    self_rate, id_rate = median(rates["self"]), median(rates["ids"])
+    lines = [
+        "## POST /feedback into PostgreSQL (targets 4a, 4b)",
+        "",
+        f"`benchmarks/feedback_ingest.py --runs {args.runs} --batches {args.batches} --clients {args.clients}`; "
+        f"{started_machine}. One uvicorn worker, PostgreSQL 15 on the same machine; batches of {BATCH:,}; "
+        f"{args.clients} concurrent clients; each request commits its rows, monitor buckets and drift state in one "
+        "transaction. Items per second from the first request to the last answer; median over runs.",
+        "",
+        "| mode | items/s (each run) | target |",
+        "|---|---:|---|",
+        f"| self-contained (probabilities + labels) | **{fmt_rate(self_rate)}** ({', '.join(fmt_rate(r) for r in rates['self'])}) "
+        f"| >= 50,000/s: {'met' if self_rate >= 50_000 else 'NOT met'} |",
+        f"| by prediction id (ids + labels, joined to the prediction log) | **{fmt_rate(id_rate)}** "
+        f"({', '.join(fmt_rate(r) for r in rates['ids'])}) | >= 20,000/s: {'met' if id_rate >= 20_000 else 'NOT met'} |",
+        f"| (logging the predictions: /calibrate with ids until all are in the database) | {fmt_rate(median(log_rates))} | |",
+    ]
+    targets = [
+        Target("4a", "POST /feedback into PostgreSQL, self-contained, batches of 5,000", f"{fmt_rate(self_rate)} items/s",
+               "50,000 items/s (target)", self_rate / 50_000, ">= 50,000/s", self_rate >= 50_000,
+               f"{args.clients} clients"),
+        Target("4b", "POST /feedback into PostgreSQL, joined by prediction id, batches of 5,000",
+               f"{fmt_rate(id_rate)} items/s", "20,000 items/s (target)", id_rate / 20_000, ">= 20,000/s",
+               id_rate >= 20_000, f"{args.clients} clients"),
+    ]
+    write_results("feedback_ingest", "\n".join(lines), targets)
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
