@@ -28,6 +28,7 @@ ORDER = [
     "workers",
     "calibrate_profile",
     "metrics",
+    "metrics_reference",
     "multiclass",
     "monitor_sim",
     "angular",
