@@ -20,6 +20,8 @@ from typing import Any, ClassVar
 import numpy as np
 from sklearn.base import BaseEstimator  # clone(), Pipeline and estimator tags work on every calibrator
 
+from ._fastpath import quick_scores
+
 INPUT_KINDS = ("probability", "logit")
 
 # Probabilities are clipped to [EPS, 1 - EPS] before taking logits, so that a
@@ -302,6 +304,10 @@ class Calibrator(BaseEstimator):
         self._check_fitted()
         # Components fitted through ``_fit`` by another calibrator carry no n_classes_.
         binary = getattr(self, "n_classes_", 2) == 2 and "binary" in self.tasks
+        if binary:  # the hot path: a valid float64 array is returned as it is, as check_scores would
+            quick = quick_scores(scores, self.input)
+            if quick is not None:
+                return quick
         columns = None if binary else self.n_columns_
         return check_scores(scores, self.input, self.tasks, n_columns=columns)
 

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import isotonic_regression
 
-from ._fastpath import quick_list, quick_scores
+from ._fastpath import quick_list
 from .base import Calibrator, CalibrationInputError
 
 
@@ -261,14 +261,6 @@ class IsotonicCalibrator(Calibrator):
             if quick_list(scores, self.input):
                 return self._interpolator()(scores), {}
         return super().predict_details(scores, **arrays)
-
-    def check_predict_scores(self, scores):
-        # A valid float64 array is returned as it is, as the full check would.
-        if getattr(self, "n_classes_", 2) == 2 and hasattr(self, "y_thresholds_"):
-            quick = quick_scores(scores, self.input)
-            if quick is not None:
-                return quick
-        return super().check_predict_scores(scores)
 
     def prepare(self) -> None:
         """Build the lookup grid now (the calibrator cache calls this before sizing an entry)."""

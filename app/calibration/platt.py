@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._fastpath import quick_scores
 from ._logistic import fit_logistic
 from .base import Calibrator, CalibrationInputError, sigmoid, to_logit
 
@@ -44,14 +43,6 @@ class PlattCalibrator(Calibrator):
             targets = np.where(labels == 1, (n_pos + 1.0) / (n_pos + 2.0), 1.0 / (n_neg + 2.0))
         features = np.column_stack([z, np.ones_like(z)])
         self.a_, self.b_ = (float(c) for c in fit_logistic(features, targets, weights, init=[1.0, 0.0]))
-
-    def check_predict_scores(self, scores):
-        # The hot path: a valid float64 array is returned as it is, as the full check would.
-        if getattr(self, "n_classes_", 2) == 2 and hasattr(self, "b_"):
-            quick = quick_scores(scores, self.input)
-            if quick is not None:
-                return quick
-        return super().check_predict_scores(scores)
 
     def _predict(self, scores: np.ndarray) -> np.ndarray:
         return sigmoid(self.a_ * to_logit(scores, self.input) + self.b_)

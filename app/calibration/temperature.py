@@ -68,13 +68,10 @@ class TemperatureCalibrator(Calibrator):
         return super().predict_details(scores, **arrays)
 
     def check_predict_scores(self, scores):
-        # A valid float64 array (flat, or logit rows of K columns) is returned as it
-        # is, as the full check would; probability rows are renormalised there.
-        k = getattr(self, "n_classes_", 2)
+        # Valid float64 logit rows of K columns are returned as they are, as the full check
+        # would (the base does the same for flat scores); probability rows are renormalised there.
         if hasattr(self, "temperature_"):
-            quick = quick_scores(scores, self.input) if k == 2 else None
-            if quick is None:
-                quick = quick_scores(scores, self.input, ndim=2, n_columns=k)
+            quick = quick_scores(scores, self.input, ndim=2, n_columns=getattr(self, "n_classes_", 2))
             if quick is not None:
                 return quick
         checked = super().check_predict_scores(scores)
