@@ -19,7 +19,7 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/pytest
 
-# Every benchmark in benchmarks/, then benchmarks/RESULTS.md (about 40 minutes on 2 cores; needs wrk,
+# Every benchmark in benchmarks/, then benchmarks/RESULTS.md (about 25 minutes on 2 cores; needs wrk,
 # and PostgreSQL for the /feedback one). One benchmark alone: $(BIN)/python benchmarks/<name>.py
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py

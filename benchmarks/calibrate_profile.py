@@ -48,7 +48,6 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _harness import Server, machine, run_wrk, write_results  # noqa: E402
 import calibrate_throughput as ct  # noqa: E402
-from _inprocess import call  # noqa: E402
 
 STEPS = [
     ("A", "baseline: parse, envelope, answer the scores"),
@@ -84,6 +83,38 @@ def step_route(level: int):
         return json_response({"calibrator": name, "version": 1, "probabilities": scores})
 
     return route
+
+
+def scope_for(path: str, body: bytes, key: str) -> dict:
+    return {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+        "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+        "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"),
+                    (b"authorization", f"Bearer {key}".encode()), (b"content-length", str(len(body)).encode())],
+        "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8000),
+    }
+
+
+async def call(app, path: str, body: bytes, key: str) -> tuple[int, bytes]:
+    sent = False
+    status, chunks = 0, []
+
+    async def receive():
+        nonlocal sent
+        if sent:
+            await asyncio.sleep(3600)
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message):
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+
+    await app(scope_for(path, body, key), receive, send)
+    return status, b"".join(chunks)
 
 
 async def breakdown(requests: int) -> dict[str, dict[str, float]]:

@@ -57,6 +57,7 @@ METHODS: list[tuple[str, dict]] = [
     ("ovr_platt", {}),
     ("ovr_isotonic", {}),
     ("top_label_histogram", {}),
+    ("lp_patch", {}),
 ]
 
 

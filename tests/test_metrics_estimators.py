@@ -324,11 +324,11 @@ def test_lp_error_multiclass_by_hand():
 def test_lp_error_many_classes_uses_row_unique():
     # (lambda + 1)^K overflows int64 for K = 40: np.unique on rows must give the same partition.
     probabilities, labels = random_multiclass(300, k=40, seed=12)
-    from app.metrics.lp import _bins
+    from app.metrics.lp import bin_ids
 
     codes = np.floor(10 * probabilities).astype(np.int64)
     _, expected = np.unique(codes, axis=0, return_inverse=True)
-    np.testing.assert_array_equal(_bins(codes, 10), expected.ravel())
+    np.testing.assert_array_equal(bin_ids(codes, 10), expected.ravel())
     assert lp_error(probabilities, labels, p=2) > 0
 
 

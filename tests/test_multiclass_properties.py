@@ -22,6 +22,7 @@ MULTICLASS = [
     ("ovr_isotonic", {}),
     ("ovr_platt", {}),
     ("top_label_histogram", {"points_per_bin": 5}),
+    ("lp_patch", {}),
 ]
 
 

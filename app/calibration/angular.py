@@ -442,6 +442,9 @@ class AngularCalibrator(Calibrator):
         "diagnostics_",
     )
 
+    # ``lambda`` (the documented option) sets ``ridge``.
+    option_aliases = {"lambda": "ridge"}
+
     def __init__(
         self,
         input: str = "logit",
@@ -461,28 +464,6 @@ class AngularCalibrator(Calibrator):
         self.max_dimension = max_dimension
         self.stationarity_tol = stationarity_tol
         self.sign_estimator = sign_estimator
-
-    # -- options --------------------------------------------------------------
-    @classmethod
-    def from_options(cls, input: str, options: dict[str, Any] | None = None) -> AngularCalibrator:
-        """As the base, with ``lambda`` (the documented option) accepted for ``ridge``."""
-        options = dict(options or {})
-        known = ["lambda", *(name for name in cls._get_param_names() if name != "input")]
-        for name in options:
-            if name not in known:
-                raise CalibrationInputError(
-                    f"options.{name}", f"unknown option for {cls.method} (accepted: {', '.join(known)})"
-                )
-        if "lambda" in options:
-            if "ridge" in options:
-                raise CalibrationInputError("options.lambda", "give lambda or its alias ridge, not both")
-            options["ridge"] = options.pop("lambda")
-        return super().from_options(input, options)
-
-    def set_params(self, **params: Any) -> AngularCalibrator:
-        if "lambda" in params:
-            params["ridge"] = params.pop("lambda")
-        return super().set_params(**params)
 
     def link_parameters(self) -> tuple[str, float, float]:
         """(family, scale a, offset b) of the label link, defaults filled in."""

@@ -213,6 +213,9 @@ class Calibrator(BaseEstimator):
     #: Extra arrays taken by fit (from the holdout) and by predict (beside the scores).
     fit_arrays: ClassVar[dict[str, ArraySpec]] = {}
     predict_arrays: ClassVar[dict[str, ArraySpec]] = {}
+    #: Documented option names that are not constructor arguments (``lambda`` is a
+    #: Python keyword), mapped to the argument they set.
+    option_aliases: ClassVar[dict[str, str]] = {}
 
     def __init__(self, input: str = "probability"):
         self.input = input
@@ -227,6 +230,7 @@ class Calibrator(BaseEstimator):
         return {name: getattr(self, name) for name in self._get_param_names()}
 
     def set_params(self, **params: Any) -> Calibrator:
+        params = {self.option_aliases.get(name, name): value for name, value in params.items()}
         valid = set(self._get_param_names())
         for name, value in params.items():
             if name not in valid:
@@ -236,15 +240,23 @@ class Calibrator(BaseEstimator):
 
     @classmethod
     def from_options(cls, input: str, options: dict[str, Any] | None = None) -> Calibrator:
-        """Build from a service request's ``input`` and ``options``, rejecting unknown names."""
+        """Build from a service request's ``input`` and ``options``, rejecting unknown names.
+
+        An alias in ``option_aliases`` sets its constructor argument.
+        """
         options = dict(options or {})
-        known = [name for name in cls._get_param_names() if name != "input"]
+        known = [*cls.option_aliases, *(name for name in cls._get_param_names() if name != "input")]
         for name in options:
             if name not in known:
                 accepted = ", ".join(known) or "none"
                 raise CalibrationInputError(
                     f"options.{name}", f"unknown option for {cls.method} (accepted: {accepted})"
                 )
+        for alias, target in cls.option_aliases.items():
+            if alias in options:
+                if target in options:
+                    raise CalibrationInputError(f"options.{alias}", f"give {alias} or its alias {target}, not both")
+                options[target] = options.pop(alias)
         calibrator = cls(input=input, **options)
         calibrator._validate_params()
         return calibrator

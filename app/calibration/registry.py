@@ -12,6 +12,7 @@ from .beta import BetaCalibrator
 from .histogram import HistogramCalibrator
 from .isotonic import IsotonicCalibrator
 from .linear import DirichletCalibrator, MatrixScalingCalibrator, VectorScalingCalibrator
+from .lp_patch import LpPatchCalibrator
 from .one_vs_rest import OneVsRestIsotonicCalibrator, OneVsRestPlattCalibrator
 from .platt import PlattCalibrator
 from .scaling_binning import ScalingBinningCalibrator
@@ -36,6 +37,7 @@ METHODS: dict[str, type[Calibrator]] = {
         OneVsRestIsotonicCalibrator,
         OneVsRestPlattCalibrator,
         TopLabelHistogramCalibrator,
+        LpPatchCalibrator,
         SelectiveCalibrator,
         AngularCalibrator,
         BernsteinCalibrator,

@@ -49,7 +49,13 @@ def check_order(p: Any, field: str = "p") -> float:
     return float(p)
 
 
-def _bins(codes: np.ndarray, lam: int) -> np.ndarray:
+def round_codes(f: np.ndarray, lam: int) -> np.ndarray:
+    """The integer rows floor(lambda f) of R(f) = floor(lambda f) / lambda, shape (n, K)."""
+    return np.floor(lam * f).astype(np.int64)
+
+
+def bin_ids(codes: np.ndarray, lam: int) -> np.ndarray:
+    """A bin number per row of ``round_codes`` output: rows with equal codes share one, 0..bins-1."""
     n_classes = codes.shape[1]
     if (lam + 1) ** n_classes < 2**62:
         # A mixed-radix number identifies the rounded vector exactly.
@@ -67,8 +73,7 @@ def lp_cells(data: Prepared, lam: int) -> np.ndarray:
     else:
         f = data.p
     n, k = f.shape
-    codes = np.floor(lam * f).astype(np.int64)
-    bins = _bins(codes, lam)
+    bins = bin_ids(round_codes(f, lam), lam)
     n_bins = int(bins.max()) + 1
     residual = f.copy()
     label = data.y.astype(np.intp)
