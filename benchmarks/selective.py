@@ -41,9 +41,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.calibration.base import sigmoid  # noqa: E402
 from app.calibration.selective import Baselines, SelectiveCalibrator  # noqa: E402
 from app.metrics import brier, ece  # noqa: E402
+from tests.test_selective import section6  # noqa: E402  (the synthetic case the tests assert on)
 
 BETAS = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 METHODS = ("selective (sequential)", "selective (joint)", "recalibration alone", "confidence rejection", "isolation forest")
@@ -52,18 +52,6 @@ BASELINE_KEYS = {
     "confidence rejection": "confidence_rejection",
     "isolation forest": "isolation_forest",
 }
-
-
-def section6(n: int, rng: np.random.Generator, inlier_share: float = 0.8, c: float = 0.5, alpha: float = 1.0, separation: float = 4.0):
-    """The synthetic case of tests/test_selective.py (see the module docstring)."""
-    inlier = rng.uniform(size=n) < inlier_share
-    z = rng.normal(0.0, 2.5, n)
-    centre = np.array([separation, 0.0, 0.0])
-    x = rng.normal(size=(n, 3)) + np.where(inlier[:, None], 0.0, centre)
-    features = np.column_stack([z / 2.0, x])
-    truth = np.where(inlier, sigmoid(c * z), sigmoid(-alpha * c * z))
-    labels = (rng.uniform(size=n) < truth).astype(int)
-    return sigmoid(z), labels, features, truth, ~inlier
 
 
 def digits_split(seed: int, noise_share: float = 0.3, noise_sd: float = 6.0, test_draws: int = 5):
@@ -106,8 +94,11 @@ def evaluate(probabilities, labels, accepted, outlier, truth=None) -> dict[str, 
 def run(
     fit_set, test_set, input: str, seeds_label: int, results: dict, times: dict, truth=None, options: dict | None = None
 ) -> None:
+    """Fit every method at every beta on ``fit_set``, measure on ``test_set``; append to ``results``.
+
+    The sets are (scores, labels, features, ..., outlier flags).
+    """
     outlier = test_set[-1]
-    """Fit every method at every beta on ``fit_set``, measure on ``test_set``; append to ``results``."""
     scores, labels, features = fit_set[:3]
     test_scores, test_labels, test_features = test_set[:3]
     baselines = Baselines(scores, labels, np.ones(labels.shape[0]), input, features, seed=seeds_label)
@@ -156,7 +147,8 @@ def main() -> None:
     for seed in range(seeds):
         rng = np.random.default_rng(seed)
         fit_set = section6(4000, rng)
-        test_set = section6(50_000, rng)
+        scores, labels, features, truth, inlier = section6(50_000, rng)
+        test_set = (scores, labels, features, truth, ~inlier)
         run(fit_set, test_set, "probability", seed, results, times, truth=test_set[3], options=options)
     print(f"## Synthetic (section 6), {seeds} seeds, 4000 rows fitted, 50,000 tested, true inlier share 0.8\n")
     print(table(results, "ece", "ECE (positive class) on accepted rows"), "\n")

@@ -83,6 +83,13 @@ def isolated_database_url(request, tmp_path_factory) -> Iterator[str]:
         yield url
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def fresh_database(request, tmp_path) -> Iterator[str]:
+    """A database of each backend for one test alone (a server that is killed or fuzzed writes to it)."""
+    with migrated_database(request.param, tmp_path) as url:
+        yield url
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -78,6 +78,20 @@ def test_clustered_thresholds_keep_np_interp():
     np.testing.assert_array_equal(model.predict(queries), np.interp(queries, model.x_thresholds_, model.y_thresholds_))
 
 
+def test_auto_prepares_the_calibrator_it_chose():
+    from app.calibration.auto import AutoCalibrator
+
+    rng = np.random.default_rng(2)
+    scores = rng.random(20_000)
+    labels = (rng.random(20_000) < scores**1.3).astype(int)
+    model = AutoCalibrator(candidates=["isotonic"]).fit(scores, labels)
+    assert getattr(model.calibrator_, "_lookup", None) is None
+    plain = estimate_nbytes(model)
+    model.prepare()
+    assert model.calibrator_._lookup.grid is not None
+    assert estimate_nbytes(model) > plain
+
+
 def test_the_grid_is_built_when_cached_and_counted():
     model = _isotonic(np.random.default_rng(1), 20_000)
     plain = estimate_nbytes(model)

@@ -19,7 +19,6 @@ import os
 import shutil
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,13 +26,10 @@ import httpx
 import numpy as np
 import pytest
 import yaml
-from sqlalchemy import create_engine, text
 
 from app.config import Settings
-from app.storage import migrate
-from app.storage.db import make_engine
 
-from .conftest import POSTGRES_URL, REPO, LiveServer, _postgres_schema_url, free_port
+from .conftest import REPO, LiveServer, free_port, migrated_database
 
 ALERT_RULES = REPO / "docker" / "alerts.yml"
 DASHBOARD = REPO / "docker" / "grafana" / "dashboards" / "calibd.json"
@@ -56,27 +52,9 @@ def own_database_url(database_url, tmp_path) -> Iterator[str]:
     calibrator in the database: a database of its own keeps the scrapes small and the test
     independent of what other tests left behind.
     """
-    if database_url.startswith("sqlite"):
-        url = f"sqlite:///{tmp_path / 'e2e.db'}"
-        engine = make_engine(url)
-        migrate.upgrade(engine)
-        engine.dispose()
+    kind = "sqlite" if database_url.startswith("sqlite") else "postgresql"
+    with migrated_database(kind, tmp_path) as url:
         yield url
-        return
-    schema = f"calibd_e2e_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(text(f"CREATE SCHEMA {schema}"))
-    url = _postgres_schema_url(schema)
-    try:
-        engine = make_engine(url)
-        migrate.upgrade(engine)
-        engine.dispose()
-        yield url
-    finally:
-        with admin.connect() as connection:
-            connection.execute(text(f"DROP SCHEMA {schema} CASCADE"))
-        admin.dispose()
 
 
 class Prometheus:

@@ -11,14 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import migrated_database
 from .reliability.scenarios import run_crash
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def fresh_database(request, tmp_path):
-    with migrated_database(request.param, tmp_path) as url:
-        yield url
 
 
 @pytest.mark.slow

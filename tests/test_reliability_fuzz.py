@@ -13,17 +13,10 @@ import pytest
 from app.config import Settings
 from app.main import create_app
 
-from .conftest import migrated_database
 from .reliability.fuzz import run_fuzz
 from .reliability.harness import CalibdProcess, admin_key
 
 MAX_EXAMPLES = 25  # per operation and phase; about 1,100 requests per database
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def fresh_database(request, tmp_path):
-    with migrated_database(request.param, tmp_path) as url:
-        yield url
 
 
 @pytest.mark.slow

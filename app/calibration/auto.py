@@ -106,6 +106,9 @@ class AutoCalibrator(Calibrator):
         self.calibrator_._fit(scores, labels, weights)
         self.calibrator_.n_classes_ = n_classes_of(scores, self.calibrator_.tasks)
 
+    def prepare(self) -> None:
+        self.calibrator_.prepare()
+
     def _predict(self, scores: np.ndarray) -> np.ndarray:
         return self.calibrator_._predict(scores)
 

@@ -327,6 +327,10 @@ class Calibrator(BaseEstimator):
     def n_columns_(self) -> int:
         return self.n_classes_
 
+    def prepare(self) -> None:
+        """Build whatever speeds up predict (the calibrator cache calls this once, before sizing
+        an entry, so that requests never do); most methods have nothing to build."""
+
     def predict(self, scores: Any, **arrays: Any) -> np.ndarray:
         """Calibrated probabilities: of class 1, shape (n,), for binary scores; rows (n, K) otherwise."""
         return self.predict_details(scores, **arrays)[0]

@@ -263,7 +263,7 @@ class IsotonicCalibrator(Calibrator):
         return super().predict_details(scores, **arrays)
 
     def prepare(self) -> None:
-        """Build the lookup grid now (the calibrator cache calls this before sizing an entry)."""
+        """Build the lookup grid now."""
         self._interpolator()
 
     def _interpolator(self) -> _Interpolator:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._fastpath import quick_extremes, quick_scores
+from ._fastpath import quick_extremes
 from ._logistic import fit_logistic
 from ._multiclass import MAX_TEMPERATURE, MIN_TEMPERATURE, as_logits, fit_inverse_temperature, softmax
 from .base import Calibrator, CalibrationInputError, sigmoid, to_logit
@@ -68,12 +68,6 @@ class TemperatureCalibrator(Calibrator):
         return super().predict_details(scores, **arrays)
 
     def check_predict_scores(self, scores):
-        # Valid float64 logit rows of K columns are returned as they are, as the full check
-        # would (the base does the same for flat scores); probability rows are renormalised there.
-        if hasattr(self, "temperature_"):
-            quick = quick_scores(scores, self.input, ndim=2, n_columns=getattr(self, "n_classes_", 2))
-            if quick is not None:
-                return quick
         checked = super().check_predict_scores(scores)
         # The base checks the column count for K >= 3 only (K = 2 also takes flat scores).
         k = getattr(self, "n_classes_", None)

@@ -91,9 +91,7 @@ class CalibratorStore:
 
     def _cache(self, info: VersionInfo) -> LoadedCalibrator:
         calibrator = from_dict(info.parameters)
-        prepare = getattr(calibrator, "prepare", None)
-        if prepare is not None:  # build lookup tables now: off the request path, and counted below
-            prepare()
+        calibrator.prepare()  # lookup tables built now, off the request path, and counted below
         loaded = LoadedCalibrator(
             name=info.name,
             uid=info.uid,
