@@ -7,13 +7,18 @@
     the last, all inserted at the front of the route table (matching a route far
     down the table costs tens of microseconds by itself), timed request by
     request in interleaved order, median per route:
-      A  the baseline: parse, check the envelope, answer the scores as they came;
-      B  + find the calibrator in memory and count the request (two counters);
-      C  + make the scores a float64 array (struct, for more than 256 scores or rows);
+      A  parse, check the envelope, answer the scores as they were parsed;
+      B  + make the scores a float64 array (struct, for more than 256 scores or
+         rows), answered: the throughput benchmark's baseline route;
+      C  + find the calibrator in memory and count the request (two counters);
       D  + the calibrator's predict_details (validation and calibration);
-      E  + answer the probabilities (a numpy array) instead of the scores: /calibrate.
-    The increments are what each step costs per request here; E - A is what
+      E  + answer the probabilities instead of the scores: /calibrate.
+    The increments are what each step costs per request here; E - B is what
     calibrating costs over the HTTP + JSON floor the baseline measures.
+    The access line is formatted and written (to /dev/null) in the request's
+    own thread here. The server writes it from a background thread, which in a
+    loop that never waits on a socket would rarely get the GIL, and while it
+    waited every GIL-releasing numpy call would pay to wake it (10-20 us).
 (2) With py-spy (``--py-spy PATH``, else on PATH or /tmp/prof-venv/bin/py-spy;
     not a calibd dependency: ``pip install py-spy`` in a scratch virtualenv), a
     sampling profile of a real `calibd serve` under wrk on the 10,000-score
@@ -50,9 +55,9 @@ from _harness import Server, machine, run_wrk, write_results  # noqa: E402
 import calibrate_throughput as ct  # noqa: E402
 
 STEPS = [
-    ("A", "baseline: parse, envelope, answer the scores"),
-    ("B", "+ calibrator from memory, two counters"),
-    ("C", "+ scores to a float64 array"),
+    ("A", "parse, envelope, answer the parsed scores"),
+    ("B", "+ scores to a float64 array (the baseline route)"),
+    ("C", "+ calibrator from memory, two counters"),
     ("D", "+ predict_details (validation, calibration)"),
     ("E", "+ answer the probabilities (all /calibrate does)"),
 ]
@@ -69,18 +74,18 @@ def step_route(level: int):
         require_json(request.headers)
         data = parse_json_object(await request.body())
         name, version, scores, ids, arrays = router._envelope(data)
-        if level == 0:
-            return json_response({"calibrator": name, "version": 1, "probabilities": scores})
-        loaded = services(request).store.get(name, version)
-        requests, scored = router._counters.get(name) or router._count(name)
-        requests.inc()
-        scored.inc(len(scores))
-        values = router._float_array(scores) if level >= 2 else None
+        values = router._float_array(scores) if level >= 1 else None
+        parsed = scores if values is None else values
+        if level >= 2:
+            loaded = services(request).store.get(name, version)
+            requests, scored = router._counters.get(name) or router._count(name)
+            requests.inc()
+            scored.inc(len(scores))
         if level >= 3:
-            probabilities, extras = loaded.calibrator.predict_details(scores if values is None else values)
+            probabilities, extras = loaded.calibrator.predict_details(parsed)
         if level >= 4:
             return json_response({"calibrator": name, "version": loaded.version, "probabilities": probabilities})
-        return json_response({"calibrator": name, "version": 1, "probabilities": scores})
+        return json_response({"calibrator": name, "version": 1, "probabilities": parsed})
 
     return route
 
@@ -133,9 +138,12 @@ async def breakdown(requests: int) -> dict[str, dict[str, float]]:
     engine.dispose()
     key = f"calibd_prof{secrets.token_hex(4)}_{secrets.token_hex(16)}"
     app = create_app(Settings(database_url=url, bootstrap_admin_key=key, fit_workers=0))
-    for logger in ("calibd", "calibd.access"):  # the access line is written, to /dev/null
-        for handler in logging.getLogger(logger).handlers:
-            handler.setStream(open(os.devnull, "w"))
+    # The access line is formatted and written to /dev/null in the request's thread (see the docstring).
+    devnull = logging.StreamHandler(open(os.devnull, "w"))
+    devnull.setFormatter(logging.getLogger("calibd").handlers[0].formatter)
+    for logger in ("calibd", "calibd.access"):
+        if logging.getLogger(logger).handlers:
+            logging.getLogger(logger).handlers = [devnull]
     for level in range(5):
         route = APIRoute(f"/profile/step{level}", step_route(level), methods=["POST"], dependencies=[REQUIRE_CALIBRATE])
         app.router.routes.insert(0, route)
@@ -219,8 +227,11 @@ def main(argv: list[str] | None = None) -> int:
         f"`benchmarks/calibrate_profile.py --requests {args.requests}`; {started_machine}. In process, through the "
         "whole app (middleware, routing, auth, access log) without sockets; routes that each add one step of "
         "/calibrate's work, timed request by request in interleaved order (median, microseconds). Each step's cost is "
-        "its row minus the one above; E / A is the in-process counterpart of the throughput ratio (uvicorn's and the "
-        "kernel's share of a served request, the same for both, is left out, so the served ratio is higher).",
+        "its row minus the one above; B / E is the in-process counterpart of the throughput ratio (uvicorn's and the "
+        "kernel's share of a served request, the same for both, is left out, so the served ratio is higher). The "
+        "access line is written to /dev/null in the request's thread: the server's background log writer would, in "
+        "a loop that never waits on a socket, rarely get the GIL, and each GIL-releasing numpy call would pay to "
+        "wake it.",
         "",
         "| step | " + " | ".join(labels[k] for k in results) + " |",
         "|---|" + "---:|" * len(results),
@@ -232,7 +243,10 @@ def main(argv: list[str] | None = None) -> int:
             previous = results[key][chr(ord(letter) - 1)] if letter != "A" else None
             cells.append(f"{value * 1e6:.0f}" + ("" if previous is None else f" ({(value - previous) * 1e6:+.0f})"))
         lines.append(f"| {letter}: {text} | " + " | ".join(cells) + " |")
-    lines.append("| A / E (in process) | " + " | ".join(f"{results[k]['A'] / results[k]['E']:.2f}" for k in results) + " |")
+    lines.append("| B / E (in process; the throughput ratio's counterpart) | "
+                 + " | ".join(f"{results[k]['B'] / results[k]['E']:.2f}" for k in results) + " |")
+    lines.append("| A / E (against the parsed scores alone) | "
+                 + " | ".join(f"{results[k]['A'] / results[k]['E']:.2f}" for k in results) + " |")
     py_spy = args.py_spy or shutil.which("py-spy") or ("/tmp/prof-venv/bin/py-spy" if Path("/tmp/prof-venv/bin/py-spy").exists() else None)
     if args.no_py_spy or not py_spy:
         lines += ["", "py-spy profile: not run (" + ("--no-py-spy" if args.no_py_spy else "py-spy not found") + ")."]

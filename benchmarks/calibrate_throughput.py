@@ -5,8 +5,10 @@
 One `calibd serve` process (one uvicorn worker, auth on, JSON access logs on,
 as deployed) with CALIBD_BENCHMARK_ROUTES=1, which adds
 POST /benchmark/calibrate-baseline: the same request read, parsed and checked
-by the same code, behind the same middleware and auth dependency, answered
-with an equal-sized array (the scores themselves) without calibrating. The
+by the same code, behind the same middleware and auth dependency, its scores
+made the float64 array /calibrate hands its calibrator (batches of more than
+256; shorter ones stay lists, as /calibrate passes them), answered with that
+equal-sized array without calibrating. The
 ratio of /calibrate's throughput to the baseline's is the share of the
 HTTP + JSON floor that calibration leaves; it holds on a busy machine where
 absolute figures do not.
@@ -160,8 +162,10 @@ def main(argv: list[str] | None = None) -> int:
         f"`benchmarks/calibrate_throughput.py --runs {args.runs} --seconds {args.seconds:g} --connections {args.connections}`; "
         f"{started_machine}. One uvicorn worker (`calibd serve`), auth on, JSON access log on; wrk -t1 "
         f"-c{args.connections} from its own process. Baseline: `POST /benchmark/calibrate-baseline` in the same app "
-        "(CALIBD_BENCHMARK_ROUTES=1): same body parsing, envelope checks, middleware and auth, answers the scores "
-        "back unchanged. Ratio = median over runs of /calibrate req/s / baseline req/s, measured back to back; "
+        "(CALIBD_BENCHMARK_ROUTES=1): same body parsing, envelope checks, middleware and auth, scores made the "
+        "float64 array /calibrate hands its calibrator (more than 256 scores or rows; shorter batches stay lists, "
+        "as /calibrate passes them), answered without calibrating. What that conversion costs by itself is in the "
+        "profile section below (step B). Ratio = median over runs of /calibrate req/s / baseline req/s, measured back to back; "
         "the server's CPU time per request (from /proc) is shown beside it, a figure less moved by the machine's "
         "other jobs than throughput. "
         f"Isotonic calibrator: {info['SQLite']['iso_thresholds']} thresholds (50,000-row holdout).",

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import httpx
 import numpy as np
 
+from app.api.logs import BackgroundStreamHandler
 from app.config import Settings
 
 from .conftest import REPO, LiveServer, free_port
@@ -98,6 +102,48 @@ def test_logs_are_json_lines_with_the_request_id(tmp_path):
     access = [line for line in lines if line.get("request_id") == "find-me-7"]
     assert access and access[-1]["status"] == 404 and access[-1]["route"] == "/calibrate"
     assert all({"time", "level", "logger", "message"} <= set(line) for line in lines)
+
+
+def _logger_writing_to(stream: io.StringIO, capacity: int) -> tuple[logging.Logger, BackgroundStreamHandler]:
+    handler = BackgroundStreamHandler(stream, capacity=capacity)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger = logging.getLogger(f"calibd.test-writer-{id(stream)}")
+    logger.handlers, logger.propagate = [handler], False
+    logger.setLevel(logging.INFO)
+    return logger, handler
+
+
+def test_the_log_writer_keeps_order_bounds_its_queue_and_flushes_everything():
+    stream = io.StringIO()
+    logger, handler = _logger_writing_to(stream, capacity=50)
+    for i in range(120):
+        logger.info("line %d", i)
+    written = stream.getvalue().splitlines()
+    # At most capacity - 1 lines wait; the caller writes them itself beyond that.
+    assert len(written) >= 120 - 49 and written == [f"line {i}" for i in range(len(written))]
+    handler.flush()
+    assert stream.getvalue().splitlines() == [f"line {i}" for i in range(120)]
+
+
+def test_the_log_writer_loses_nothing_from_concurrent_threads():
+    stream = io.StringIO()
+    logger, handler = _logger_writing_to(stream, capacity=100)
+
+    def emit(thread: int) -> None:
+        for i in range(500):
+            logger.info("%d %d", thread, i)
+
+    threads = [threading.Thread(target=emit, args=(t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    time.sleep(0.3)  # one writer pass in between, as in service
+    handler.flush()
+    lines = [tuple(map(int, line.split())) for line in stream.getvalue().splitlines()]
+    assert len(lines) == 2000
+    for t in range(4):
+        assert [i for thread, i in lines if thread == t] == list(range(500))
 
 
 def test_a_fit_past_its_timeout_is_stopped_and_the_service_carries_on(database_url, name, row_counts):

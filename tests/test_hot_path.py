@@ -159,7 +159,11 @@ def test_temperature_rows_match_softmax(k, scale):
     assert extras == {}
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
     np.testing.assert_allclose(model.predict_details(rows.tolist())[0], expected, rtol=0, atol=1e-12)
-    for bad in (np.r_[rows[:2], [[np.nan] * k]], np.r_[rows[:2], [[np.inf] + [0.0] * (k - 1)]], rows[:, :1]):
+    # A finite logit whose square overflows takes the checks by extremes, and the shifted softmax.
+    huge = np.r_[rows[:2], [[1e200] + [0.0] * (k - 1)]]
+    np.testing.assert_allclose(model.predict_details(huge)[0], softmax(huge / model.temperature_), rtol=0, atol=1e-12)
+    infinite = [np.r_[rows[:2], [[value] + [0.0] * (k - 1)]] for value in (np.inf, -np.inf)]
+    for bad in (np.r_[rows[:2], [[np.nan] * k]], *infinite, rows[:, :1]):
         assert _errors_of(model.predict_details, bad) == _errors_of(Calibrator.predict_details, model, bad)
 
 

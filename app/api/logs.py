@@ -8,12 +8,12 @@ route, status and duration.
 
 from __future__ import annotations
 
+import collections
 import contextvars
 import json
 import logging
 import math
 import os
-import queue
 import re
 import sys
 import threading
@@ -80,8 +80,8 @@ def _utc_milliseconds(created: float) -> str:
     return f"{prefix}.{micro // 1000:03d}+00:00"
 
 
-#: How long the log writer waits after a first line for more (lines reach stderr this much later at most).
-_LINGER_SECONDS = 0.02
+#: How long the log writer waits after a first line for more (lines reach stderr about this much later).
+_LINGER_SECONDS = 0.25
 
 
 class BackgroundStreamHandler(logging.StreamHandler):
@@ -92,18 +92,25 @@ class BackgroundStreamHandler(logging.StreamHandler):
     write. The event loop never waits on stderr: a log collector that falls
     behind, a full pipe or a file whose page is being written back stalled
     /calibrate for 15-40 ms at a time before, the longest waits of its tail
-    latency. It writes what gathered in 20 ms at a time, so that it takes the
-    GIL a few dozen times a second, not once a request. Lines keep their
-    order; at most ``capacity`` wait (beyond that the caller waits, as it
-    always did); ``flush()``, which logging calls at exit, waits until they
-    are written.
+    latency.
+
+    The writer wakes every quarter second, not once a request. A thread that
+    wakes needs the GIL, and in CPython 3.11, while it waits for it, every GIL
+    release of the event loop's thread (numpy releases it in most calls on
+    arrays of a few hundred numbers) wakes it in turn, at 10-20 us a time; under
+    full load the loop's thread almost always takes the GIL back first, so one
+    wake-up can cost tens of milliseconds of such releases. At 20 ms between
+    wake-ups that was most of the time. Both sides take no lock per line: the
+    queue is a deque, whose append and popleft are atomic. Lines keep their
+    order; at most ``capacity`` wait (beyond that the caller writes them, as it
+    always did); ``flush()``, which logging calls at exit, writes what is queued.
     """
 
     def __init__(self, stream=None, capacity: int = 10_000):
         super().__init__(stream)
-        self._lines: queue.Queue[str] = queue.Queue(maxsize=capacity)
-        self._write_lock = threading.Lock()
-        self._writer: threading.Thread | None = None
+        self._lines: collections.deque[str] = collections.deque()
+        self._capacity = capacity
+        self._write_lock = threading.Lock()  # one batch at a time, in order
         self._writer_pid = 0
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -116,52 +123,36 @@ class BackgroundStreamHandler(logging.StreamHandler):
             return
         if self._writer_pid != os.getpid():  # first use, or a forked child: its own writer
             self._start_writer()
-        self._lines.put(line)
+        self._lines.append(line)
+        if len(self._lines) >= self._capacity:
+            self._write_queued()
 
     def _start_writer(self) -> None:
         with self._write_lock:
             if self._writer_pid != os.getpid():
-                self._writer = threading.Thread(target=self._write_forever, name="log-writer", daemon=True)
-                self._writer.start()
+                self._lines.clear()  # a forked child's copy of its parent's queue is the parent's to write
+                threading.Thread(target=self._write_forever, name="log-writer", daemon=True).start()
                 self._writer_pid = os.getpid()
 
     def _write_forever(self) -> None:
-        while True:
-            batch = [self._lines.get()]
-            # Let a burst gather: waking per line would hand the GIL to this thread once a
-            # request, and a request's numpy calls would wait for it to hand it back.
+        while True:  # idle, it wakes to an empty queue four times a second
             time.sleep(_LINGER_SECONDS)
-            while True:
-                try:
-                    batch.append(self._lines.get_nowait())
-                except queue.Empty:
-                    break
-            self._write(batch)
+            self._write_queued()
 
-    def _write(self, batch: list[str]) -> None:
-        try:
-            with self._write_lock:
+    def _write_queued(self) -> None:
+        with self._write_lock:
+            batch = [self._lines.popleft() for _ in range(len(self._lines))]
+            if not batch:
+                return
+            try:
                 self.stream.write("".join(batch))
                 self.stream.flush()
-        except Exception:  # stderr closed: nothing to report to
-            pass
-        finally:
-            for _ in batch:
-                self._lines.task_done()
+            except Exception:  # stderr closed: nothing to report to
+                pass
 
     def flush(self) -> None:
-        """Wait (up to 5 s) until the queued lines are written, then flush the stream."""
-        deadline = time.monotonic() + 5.0
-        while self._lines.unfinished_tasks and time.monotonic() < deadline and self._writer_pid == os.getpid():
-            time.sleep(0.005)
-        leftover = []
-        while True:  # the writer is gone (or stuck): write what is left from here
-            try:
-                leftover.append(self._lines.get_nowait())
-            except queue.Empty:
-                break
-        if leftover:
-            self._write(leftover)
+        """Write what is queued, then flush the stream."""
+        self._write_queued()
         super().flush()
 
 

@@ -32,8 +32,10 @@ def quick_scores(scores, input: str, ndim: int = 1, n_columns: int | None = None
     return None if quick_extremes(scores, input, ndim, n_columns) is None else scores
 
 
-def quick_extremes(scores, input: str, ndim: int = 1, n_columns: int | None = None) -> tuple[float, float] | None:
-    """(minimum, maximum) of ``scores`` when ``quick_scores`` would return it; else None."""
+def plain_array(scores, input: str, ndim: int = 1, n_columns: int | None = None) -> bool:
+    """True if ``scores`` has the form the quick paths take, values not yet looked at: a
+    non-empty C-contiguous float64 array of ``ndim`` dimensions; for two, logit rows of
+    ``n_columns`` (at least 2) columns."""
     if (
         type(scores) is not np.ndarray
         or scores.dtype != np.float64
@@ -41,8 +43,13 @@ def quick_extremes(scores, input: str, ndim: int = 1, n_columns: int | None = No
         or not scores.shape[0]
         or not scores.flags.c_contiguous
     ):
-        return None
-    if ndim == 2 and (input != "logit" or scores.shape[1] != n_columns or n_columns < 2):
+        return False
+    return ndim == 1 or (input == "logit" and scores.shape[1] == n_columns and n_columns >= 2)
+
+
+def quick_extremes(scores, input: str, ndim: int = 1, n_columns: int | None = None) -> tuple[float, float] | None:
+    """(minimum, maximum) of ``scores`` when ``quick_scores`` would return it; else None."""
+    if not plain_array(scores, input, ndim, n_columns):
         return None
     low, high = float(_min(scores, axis=None)), float(_max(scores, axis=None))
     if input == "probability":

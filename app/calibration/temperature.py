@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._fastpath import quick_extremes
+from ._fastpath import plain_array, quick_extremes
 from ._logistic import fit_logistic
 from ._multiclass import MAX_TEMPERATURE, MIN_TEMPERATURE, as_logits, fit_inverse_temperature, softmax
 from .base import Calibrator, CalibrationInputError, sigmoid, to_logit
@@ -56,14 +56,19 @@ class TemperatureCalibrator(Calibrator):
         self.temperature_ = float(1.0 / inverse_temperature) if inverse_temperature > 1e-12 else 1e12
 
     def predict_details(self, scores, **arrays):
-        # The hot path: logit rows of K columns, valid as they stand, in four numpy calls
-        # after the two of the check (the minimum and the maximum).
+        # The hot path: logit rows of K columns, valid as they stand, in five numpy calls.
         k = getattr(self, "n_classes_", 2)
-        if not arrays and hasattr(self, "temperature_"):
+        if not arrays and hasattr(self, "temperature_") and plain_array(scores, self.input, ndim=2, n_columns=k):
+            t = self.temperature_
+            # Every |z| is at most ||z||_2, so a sum of squares below (600 T)^2 shows in one
+            # pass that all logits are finite and within the unshifted softmax's range (a NaN
+            # or an infinity fails the comparison). Larger batches, which may exceed the bound
+            # while valid (and would wake BLAS threads), are checked by their extremes instead.
+            if scores.size <= _VDOT_MAX and _vdot(scores, scores) < (_UNSHIFTED_RANGE * t) ** 2:
+                return _unshifted_softmax(scores / t), {}
             extremes = quick_extremes(scores, self.input, ndim=2, n_columns=k)
             if extremes is not None:
                 low, high = extremes
-                t = self.temperature_
                 return _softmax_in_place(scores / t, low / t, high / t), {}
         return super().predict_details(scores, **arrays)
 
@@ -86,6 +91,11 @@ class TemperatureCalibrator(Calibrator):
         return {"temperature": self.temperature_}
 
 
+#: Sum of squares in one BLAS call (ravels a C-contiguous array without copying), single-threaded
+#: in OpenBLAS up to this many elements.
+_vdot = np.vdot
+_VDOT_MAX = 10_000
+
 #: |logit / T| below this: exp neither overflows (a row's sum stays finite) nor leaves the normal floats.
 _UNSHIFTED_RANGE = 600.0
 
@@ -103,6 +113,11 @@ def _softmax_in_place(z: np.ndarray, low: float | None = None, high: float | Non
         low, high = float(z.min()), float(z.max())
     if not max(high, -low) < _UNSHIFTED_RANGE:  # also NaN
         return softmax(z)
+    return _unshifted_softmax(z)
+
+
+def _unshifted_softmax(z: np.ndarray) -> np.ndarray:
+    """``softmax(z)`` by rows, overwriting z, for |z| < 600 (no shift needed)."""
     np.exp(z, out=z)
     z /= np.add.reduce(z, axis=1, keepdims=True)
     return z

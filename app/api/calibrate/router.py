@@ -145,12 +145,14 @@ def _envelope(data: dict) -> tuple[str, int | None, object, list[str] | None, di
 
 if os.environ.get("CALIBD_BENCHMARK_ROUTES") == "1":
     # The benchmarks' baseline (benchmarks/calibrate_throughput.py), never served in
-    # production: the same request read, parsed and checked as /calibrate does, with
-    # the same middleware and auth, answered with an equal-sized array without
-    # calibrating. /calibrate's throughput over this one is the cost of calibration.
+    # production: the same request read, parsed and checked as /calibrate does, the
+    # scores made the float64 array the calibrator would get, with the same middleware
+    # and auth, answered with that array without calibrating. /calibrate's throughput
+    # over this one is the cost of calibration.
     @router.post("/benchmark/calibrate-baseline", dependencies=[REQUIRE_CALIBRATE], include_in_schema=False)
     async def calibrate_baseline(request: Request) -> Response:
         require_json(request.headers)
         data = parse_json_object(await request.body())
         name, version, scores, ids, arrays = _envelope(data)
-        return json_response({"calibrator": name, "version": version or 1, "probabilities": scores})
+        values = _float_array(scores)
+        return json_response({"calibrator": name, "version": version or 1, "probabilities": scores if values is None else values})
