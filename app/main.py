@@ -87,11 +87,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         async def recalibrate() -> None:
             await recalibration.run_loop_once(app.state.services)
 
+        def poll_registry_and_keys() -> None:
+            # One worker-thread wake-up per interval, not one for each: while a waking
+            # thread waits for the GIL, each GIL release of the event loop pays to wake it.
+            try:
+                store.refresh()
+            finally:
+                keyring.refresh()
+
         tasks = [
             asyncio.create_task(_every(*job))
             for job in (
-                (settings.version_poll_seconds, store.refresh, "registry poll"),
-                (settings.version_poll_seconds, keyring.refresh, "key refresh"),
+                (settings.version_poll_seconds, poll_registry_and_keys, "registry and key poll"),
                 (0.2, flush_prediction_log, "prediction log write"),
                 (600, purge, "retention purge"),
                 (10, lambda: sweep_interrupted(sessions), "fit job sweep"),

@@ -264,6 +264,22 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / ticks
 
 
+def split_cpus(pids: list[int]) -> set[int] | None:
+    """Pin every thread of ``pids`` to the first CPU this process may use; the others, returned,
+    are for the load generator (None, and nothing pinned, with fewer than two CPUs).
+
+    A server and its load generator sharing cores moves a run's figures by the kernel's
+    placement of the two from one second to the next; apart, runs agree far more closely.
+    """
+    available = sorted(os.sched_getaffinity(0))
+    if len(available) < 2:
+        return None
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            os.sched_setaffinity(int(task.name), {available[0]})  # threads started later inherit it
+    return set(available[1:])
+
+
 def rss_bytes(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -312,10 +328,11 @@ def wrk_available() -> bool:
 
 
 def run_wrk(url: str, body: bytes, authorization: str, seconds: float, connections: int = 8, threads: int = 1,
-            server_pids: list[int] | None = None) -> WrkResult:
+            server_pids: list[int] | None = None, cpus: set[int] | None = None) -> WrkResult:
     """wrk posting ``body`` over keep-alive connections; fails on errors or non-2xx answers.
 
-    With ``server_pids``, also the CPU time those processes spent per request.
+    With ``server_pids``, also the CPU time those processes spent per request;
+    with ``cpus``, wrk runs on those CPUs only.
     """
     cpu_before = cpu_seconds(server_pids) if server_pids else 0.0
     folder = Path(tempfile.mkdtemp(prefix="wrk-"))
@@ -327,6 +344,7 @@ def run_wrk(url: str, body: bytes, authorization: str, seconds: float, connectio
             ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds:g}s", "--timeout", "10s",
              "-s", str(folder / "post.lua"), url],
             env=env, capture_output=True, text=True, check=True,
+            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
         ).stdout
     finally:
         shutil.rmtree(folder, ignore_errors=True)

@@ -14,7 +14,9 @@ HTTP + JSON floor that calibration leaves; it holds on a busy machine where
 absolute figures do not.
 
 Load: wrk (one thread, --connections keep-alive connections) from its own
-process on loopback, posting one fixed body per workload:
+process on loopback, posting one fixed body per workload. The server's threads
+are pinned to one core and wrk to the other (``split_cpus``), so that the
+kernel's placement of the two does not move the figures from run to run:
   * isotonic, batches of 1, 100 and 10,000 binary scores (probabilities drawn
     uniformly, full double precision, so the answer is the size of the request);
   * temperature, 100 rows x 10 classes (logits).
@@ -35,7 +37,8 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import (  # noqa: E402
-    Server, Target, fmt_rate, machine, median, postgres_available, postgres_schema, run_wrk, write_results,
+    Server, Target, fmt_rate, machine, median, postgres_available, postgres_schema, run_wrk, split_cpus,
+    write_results,
 )
 
 WORKLOADS = [
@@ -71,17 +74,19 @@ def bodies(rng: np.random.Generator) -> dict[str, bytes]:
 def measure(server: Server, payloads: dict[str, bytes], runs: int, seconds: float, connections: int) -> dict:
     auth = server.headers["Authorization"]
     pids = server.serving_pids()
+    cpus = split_cpus(pids)  # the server on one core, wrk on the other
     routes = {"baseline": server.url + "/benchmark/calibrate-baseline", "calibrate": server.url + "/calibrate"}
     for key, body in payloads.items():  # warm-up: caches, code paths, allocator
         for url in routes.values():
-            run_wrk(url, body, auth, 1.0, connections)
+            run_wrk(url, body, auth, 1.0, connections, cpus=cpus)
     results: dict[str, dict[str, list]] = {
         key: {"baseline": [], "calibrate": [], "ratio": [], "cpu_ratio": []} for key in payloads
     }
     for run in range(runs):
         for key, body in payloads.items():
             order = ("baseline", "calibrate") if run % 2 == 0 else ("calibrate", "baseline")
-            got = {route: run_wrk(routes[route], body, auth, seconds, connections, server_pids=pids) for route in order}
+            got = {route: run_wrk(routes[route], body, auth, seconds, connections, server_pids=pids, cpus=cpus)
+                   for route in order}
             results[key]["baseline"].append(got["baseline"])
             results[key]["calibrate"].append(got["calibrate"])
             results[key]["ratio"].append(got["calibrate"].rate / got["baseline"].rate)
@@ -132,7 +137,7 @@ def table(summary: dict[str, dict]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=9, help="paired runs per workload (default 9)")
+    parser.add_argument("--runs", type=int, default=11, help="paired runs per workload (default 11)")
     parser.add_argument("--seconds", type=float, default=2.0, help="length of each wrk run (default 2)")
     parser.add_argument("--connections", type=int, default=8, help="wrk connections (default 8)")
     parser.add_argument("--no-postgres", action="store_true", help="SQLite only")
@@ -160,8 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         "## /calibrate throughput (targets 1a-1d)",
         "",
         f"`benchmarks/calibrate_throughput.py --runs {args.runs} --seconds {args.seconds:g} --connections {args.connections}`; "
-        f"{started_machine}. One uvicorn worker (`calibd serve`), auth on, JSON access log on; wrk -t1 "
-        f"-c{args.connections} from its own process. Baseline: `POST /benchmark/calibrate-baseline` in the same app "
+        f"{started_machine}. One uvicorn worker (`calibd serve`), auth on, JSON access log on, pinned to one core; "
+        f"wrk -t1 -c{args.connections} from its own process, on the other. Baseline: `POST /benchmark/calibrate-baseline` in the same app "
         "(CALIBD_BENCHMARK_ROUTES=1): same body parsing, envelope checks, middleware and auth, scores made the "
         "float64 array /calibrate hands its calibrator (more than 256 scores or rows; shorter batches stay lists, "
         "as /calibrate passes them), answered without calibrating. What that conversion costs by itself is in the "
