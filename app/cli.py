@@ -50,6 +50,7 @@ def _serve(args: argparse.Namespace) -> int:
         # Each worker writes its counters to files here, and /metrics adds them up.
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="calibd-metrics-")
     print(f"calibd {__version__} on http://{host}:{args.port} (database: {engine.url.render_as_string()})", file=sys.stderr)
+    _flush_logs_on_sigterm()
     uvicorn.run(
         "app.main:create_app",
         factory=True,
@@ -63,6 +64,22 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _flush_logs_on_sigterm() -> None:
+    """After a graceful shutdown uvicorn raises the signal that started it again, under the
+    handler it found; this one writes the log lines still queued before the process ends as
+    SIGTERM ends it."""
+    import signal
+
+    from .api.logs import flush_logs
+
+    def flush_and_terminate(signum, frame) -> None:
+        flush_logs()
+        signal.signal(signum, signal.SIG_DFL)
+        signal.raise_signal(signum)
+
+    signal.signal(signal.SIGTERM, flush_and_terminate)
 
 
 def _any_keys(engine) -> bool:

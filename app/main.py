@@ -16,7 +16,7 @@ from .api import (
 )
 from .api.bodies import BodySizeLimit
 from .api.calibrators.fit_pool import FitPool
-from .api.logs import RequestContext, configure_logging
+from .api.logs import RequestContext, configure_logging, flush_logs
 from .api.observability import PREDICTION_LOG_DROPPED, RequestMetrics, make_registry
 from .api.state import Services
 from .config import Settings, get_settings
@@ -114,6 +114,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await run_in_threadpool(prediction_log.write, prediction_log.take())
             app.state.services.fit_pool.close()
             engine.dispose()
+            flush_logs()
 
     app = FastAPI(
         title="calibd",

@@ -19,7 +19,13 @@
     own thread here. The server writes it from a background thread, which in a
     loop that never waits on a socket would rarely get the GIL, and while it
     waited every GIL-releasing numpy call would pay to wake it (10-20 us).
-(2) With py-spy (``--py-spy PATH``, else on PATH or /tmp/prof-venv/bin/py-spy;
+(2) The GIL hand-off tax, each figure in a fresh interpreter: the median time
+    of one numpy call (np.add on 1,000 floats, which releases the GIL, and on
+    400, which does not) after ~30 us of Python work, alone and beside a thread
+    that sleeps in a loop, as the server's log writer does. In CPython 3.11 a
+    thread that wakes waits for the GIL, and every release by the busy thread
+    wakes it again until it wins one; each such release costs the busy thread.
+(3) With py-spy (``--py-spy PATH``, else on PATH or /tmp/prof-venv/bin/py-spy;
     not a calibd dependency: ``pip install py-spy`` in a scratch virtualenv), a
     sampling profile of a real `calibd serve` under wrk on the 10,000-score
     workload, /calibrate and the baseline: the functions with the most samples.
@@ -211,13 +217,51 @@ def py_spy_profile(py_spy: str, seconds: float) -> dict[str, list[tuple[float, s
     return out
 
 
+def gil_trial(elements: int, sleep_seconds: float, calls: int = 4000) -> float:
+    """Median seconds of np.add on ``elements`` floats after some Python work, beside a thread
+    sleeping ``sleep_seconds`` in a loop (0: no other thread)."""
+    import json
+    import threading
+
+    if sleep_seconds:
+        def sleeper() -> None:
+            while True:
+                time.sleep(sleep_seconds)
+
+        threading.Thread(target=sleeper, daemon=True).start()
+    work = [{"key": i, "value": str(i)} for i in range(300)]
+    a = np.random.default_rng(0).random(elements)
+    times = []
+    for _ in range(calls):
+        json.dumps(work)
+        started = time.perf_counter()
+        np.add(a, a)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def gil_tax() -> dict[tuple[int, float], float]:
+    """gil_trial for each case, each in its own interpreter."""
+    out = {}
+    for elements in (1000, 400):
+        for sleep_seconds in (0.0, 0.02, 0.25):
+            run = subprocess.run([sys.executable, __file__, "--gil-trial", str(elements), str(sleep_seconds)],
+                                 capture_output=True, text=True, check=True)
+            out[elements, sleep_seconds] = float(run.stdout.split()[-1])
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=3000, help="requests per route and workload (default 3000)")
     parser.add_argument("--py-spy", default=None, help="py-spy executable")
     parser.add_argument("--no-py-spy", action="store_true")
     parser.add_argument("--seconds", type=float, default=8.0, help="py-spy recording per route (default 8)")
+    parser.add_argument("--gil-trial", nargs=2, type=float, help=argparse.SUPPRESS)  # one gil_trial, printed
     args = parser.parse_args(argv)
+    if args.gil_trial:
+        print(gil_trial(int(args.gil_trial[0]), args.gil_trial[1]))
+        return 0
     started_machine = machine()
     results = asyncio.run(breakdown(args.requests))
     labels = {key: label for key, label, *_ in ct.WORKLOADS}
@@ -247,6 +291,13 @@ def main(argv: list[str] | None = None) -> int:
                  + " | ".join(f"{results[k]['B'] / results[k]['E']:.2f}" for k in results) + " |")
     lines.append("| A / E (against the parsed scores alone) | "
                  + " | ".join(f"{results[k]['A'] / results[k]['E']:.2f}" for k in results) + " |")
+    tax = gil_tax()
+    lines += ["", "The GIL hand-off tax (median of one np.add after ~30 us of Python work, each case in a fresh "
+              "interpreter, microseconds). numpy releases the GIL for more than 500 elements; a thread that sleeps "
+              "in a loop beside it, like the server's log writer, makes each release wake it:", "",
+              "| np.add on | alone | beside a thread waking every 20 ms | every 250 ms |", "|---|---:|---:|---:|"]
+    for elements in (1000, 400):
+        lines.append(f"| {elements:,} floats | " + " | ".join(f"{tax[elements, s] * 1e6:.1f}" for s in (0.0, 0.02, 0.25)) + " |")
     py_spy = args.py_spy or shutil.which("py-spy") or ("/tmp/prof-venv/bin/py-spy" if Path("/tmp/prof-venv/bin/py-spy").exists() else None)
     if args.no_py_spy or not py_spy:
         lines += ["", "py-spy profile: not run (" + ("--no-py-spy" if args.no_py_spy else "py-spy not found") + ")."]

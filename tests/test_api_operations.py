@@ -102,6 +102,8 @@ def test_logs_are_json_lines_with_the_request_id(tmp_path):
     access = [line for line in lines if line.get("request_id") == "find-me-7"]
     assert access and access[-1]["status"] == 404 and access[-1]["route"] == "/calibrate"
     assert all({"time", "level", "logger", "message"} <= set(line) for line in lines)
+    # Lines logged while shutting down are written too, though uvicorn ends the process by SIGTERM.
+    assert any(line["message"].startswith("Finished server process") for line in lines), stderr
 
 
 def _logger_writing_to(stream: io.StringIO, capacity: int) -> tuple[logging.Logger, BackgroundStreamHandler]:

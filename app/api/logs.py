@@ -159,6 +159,13 @@ class BackgroundStreamHandler(logging.StreamHandler):
 _handlers: dict[int, BackgroundStreamHandler] = {}
 
 
+def flush_logs() -> None:
+    """Write every line still queued. uvicorn ends a process stopped by SIGTERM by raising
+    the signal again, which skips ``logging.shutdown``; shutdown paths call this first."""
+    for handler in list(_handlers.values()):
+        handler.flush()
+
+
 def configure_logging(level: str = "INFO") -> None:
     """Send calibd's and uvicorn's logs to stderr as JSON lines (written by a background thread)."""
     # One handler, and one writer thread, per stream: apps created again in the same process reuse it.
