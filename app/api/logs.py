@@ -96,11 +96,12 @@ class BackgroundStreamHandler(logging.StreamHandler):
 
     The writer wakes every quarter second, not once a request. A thread that
     wakes needs the GIL, and in CPython 3.11, while it waits for it, every GIL
-    release of the event loop's thread (numpy releases it in most calls on
-    arrays of a few hundred numbers) wakes it in turn, at 10-20 us a time; under
+    release of the event loop's thread (numpy's ufuncs release it above 500
+    numbers; interp, take and searchsorted at any size) wakes it in turn, at
+    10-20 us a time (benchmarks/calibrate_profile.py measures it); under
     full load the loop's thread almost always takes the GIL back first, so one
-    wake-up can cost tens of milliseconds of such releases. At 20 ms between
-    wake-ups that was most of the time. Both sides take no lock per line: the
+    wake-up can cost tens of milliseconds of such releases; waking every 20 ms,
+    it would cost them most of the time. Both sides take no lock per line: the
     queue is a deque, whose append and popleft are atomic. Lines keep their
     order; at most ``capacity`` wait (beyond that the caller writes them, as it
     always did); ``flush()``, which logging calls at exit, writes what is queued.
