@@ -27,8 +27,9 @@
     wakes it again until it wins one; each such release costs the busy thread.
 (3) With py-spy (``--py-spy PATH``, else on PATH or /tmp/prof-venv/bin/py-spy;
     not a calibd dependency: ``pip install py-spy`` in a scratch virtualenv), a
-    sampling profile of a real `calibd serve` under wrk on the 10,000-score
-    workload, /calibrate and the baseline: the functions with the most samples.
+    sampling profile of a real `calibd serve` under wrk on the 10,000-score and
+    the temperature workloads, /calibrate and the baseline: the functions with
+    the most samples.
 """
 
 from __future__ import annotations
@@ -189,31 +190,33 @@ async def breakdown(requests: int) -> dict[str, dict[str, float]]:
 
 
 def py_spy_profile(py_spy: str, seconds: float) -> dict[str, list[tuple[float, str]]]:
-    """Own-time shares of the busiest frames of a served /calibrate and baseline, 10,000 scores."""
-    payload = ct.bodies(np.random.default_rng(0))["1c"]
+    """Own-time shares of the busiest frames of a served /calibrate and baseline, on the 10,000-score
+    workload and the temperature one."""
+    payloads = ct.bodies(np.random.default_rng(0))
     out = {}
     with Server() as server:
         ct.fit_calibrators(server, np.random.default_rng(1))
         auth = server.headers["Authorization"]
-        for route, path in (("/calibrate", "/calibrate"), ("baseline", "/benchmark/calibrate-baseline")):
-            url = server.url + path
-            run_wrk(url, payload, auth, 1.0, 8)
-            folder = Path(tempfile.mkdtemp(prefix="py-spy-"))
-            spy = subprocess.Popen([py_spy, "record", "-p", str(server.process.pid), "-d", str(int(seconds)), "-r", "250",
-                                    "-f", "raw", "-o", str(folder / "raw.txt"), "--nonblocking"],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            run_wrk(url, payload, auth, seconds + 2, 8)
-            spy.wait()
-            own: collections.Counter = collections.Counter()
-            total = 0
-            raw = folder / "raw.txt"
-            for line in (raw.read_text().splitlines() if raw.exists() else []):
-                stack, _, count = line.rpartition(" ")
-                frame = stack.split(";")[-1]
-                total += int(count)
-                own[frame] += int(count)
-            shutil.rmtree(folder, ignore_errors=True)
-            out[route] = [(n / total, frame) for frame, n in own.most_common(12)] if total else []
+        for workload in ("1c", "1d"):
+            for route, path in (("/calibrate", "/calibrate"), ("baseline", "/benchmark/calibrate-baseline")):
+                url = server.url + path
+                run_wrk(url, payloads[workload], auth, 1.0, 8)
+                folder = Path(tempfile.mkdtemp(prefix="py-spy-"))
+                spy = subprocess.Popen([py_spy, "record", "-p", str(server.process.pid), "-d", str(int(seconds)), "-r",
+                                        "250", "-f", "raw", "-o", str(folder / "raw.txt"), "--nonblocking"],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                run_wrk(url, payloads[workload], auth, seconds + 2, 8)
+                spy.wait()
+                own: collections.Counter = collections.Counter()
+                total = 0
+                raw = folder / "raw.txt"
+                for line in (raw.read_text().splitlines() if raw.exists() else []):
+                    stack, _, count = line.rpartition(" ")
+                    frame = stack.split(";")[-1]
+                    total += int(count)
+                    own[frame] += int(count)
+                shutil.rmtree(folder, ignore_errors=True)
+                out[f"{route}, {workload}"] = [(n / total, frame) for frame, n in own.most_common(12)] if total else []
     return out
 
 
@@ -303,8 +306,8 @@ def main(argv: list[str] | None = None) -> int:
         lines += ["", "py-spy profile: not run (" + ("--no-py-spy" if args.no_py_spy else "py-spy not found") + ")."]
     else:
         profile = py_spy_profile(py_spy, args.seconds)
-        lines += ["", f"py-spy ({py_spy}), {args.seconds:g} s of a served 10,000-score workload under wrk, "
-                      "own samples by frame (the line that was running), the top 12:", ""]
+        lines += ["", f"py-spy ({py_spy}), {args.seconds:g} s of each route under wrk, on the 10,000-score workload "
+                      "(1c) and the temperature one (1d), own samples by frame (the line that was running), the top 12:", ""]
         for route, rows in profile.items():
             lines += [f"**{route}**", "", "| share | frame |", "|---:|---|",
                       *(f"| {share:.1%} | `{frame}` |" for share, frame in rows), ""]
