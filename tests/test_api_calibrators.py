@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import tempfile
+import time
+
 import numpy as np
 import pytest
 
@@ -202,3 +208,59 @@ def test_venn_abers_adds_intervals_around_each_probability(client, name):
     assert len(body["intervals"]) == 3
     for p, (low, high) in zip(body["probabilities"], body["intervals"]):
         assert 0 <= low <= p <= high <= 1
+
+
+# -- large JSON bodies are spooled to a file for the fit worker ------------------------------------
+def _spooled_files() -> set[str]:
+    from app.api.calibrators.fit_pool import _SPOOL_DIR
+
+    folder = _SPOOL_DIR or tempfile.gettempdir()
+    return {entry for entry in os.listdir(folder) if entry.startswith("calibd-fit-")}
+
+
+def test_a_large_json_body_fits_as_a_small_one_and_its_spool_is_removed(client, name):
+    from app.api.calibrators.fit_pool import SPOOL_MIN_BYTES
+    from app.calibration.isotonic import IsotonicCalibrator
+
+    data = holdout(n=80_000, seed=7)
+    body = {"name": name, "method": "isotonic", "holdout": data}
+    assert len(json.dumps(body)) > SPOOL_MIN_BYTES
+    before = _spooled_files()
+    created = client.post("/calibrators", json=body)
+    assert created.status_code == 201, created.text
+    stored = client.get(f"/calibrators/{name}/versions/1").json()["parameters"]
+    reference = IsotonicCalibrator().fit(np.array(data["scores"]), np.array(data["labels"])).to_dict()
+    for key in ("x_thresholds_", "y_thresholds_"):
+        np.testing.assert_array_equal(stored["state"][key], reference["state"][key])
+    # Asynchronously too; and neither leaves its spooled body behind.
+    accepted = client.post("/calibrators", params={"async": "true"}, json=body)
+    assert accepted.status_code == 202, accepted.text
+    deadline = time.monotonic() + 120
+    while (job := client.get(accepted.headers["Location"]).json())["state"] not in ("succeeded", "failed"):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert job["state"] == "succeeded" and job["result"]["version"] == 2
+    assert _spooled_files() == before
+
+
+def test_spool_json_body_spools_large_bodies_and_keeps_small_ones_in_memory():
+    from app.api.calibrators.fit_pool import SPOOL_MIN_BYTES, spool_json_body
+
+    async def chunks(data: bytes, size: int = 65_536):
+        for start in range(0, len(data), size):
+            yield data[start:start + size]
+
+    large = bytes(range(256)) * (SPOOL_MIN_BYTES // 256 + 7)
+    job = asyncio.run(spool_json_body(chunks(large), len(large), 10))
+    try:
+        assert job.body is None and job.max_samples == 10
+        with open(job.body_file, "rb") as spooled:
+            assert spooled.read() == large
+    finally:
+        job.discard_spool()
+    assert not os.path.exists(job.body_file)
+    small = b'{"name": "x"}'
+    assert asyncio.run(spool_json_body(chunks(small), len(small), None)).body == small
+    # No length given, or more than the spool has room for: read into memory.
+    assert asyncio.run(spool_json_body(chunks(large), None, None)).body == large
+    assert asyncio.run(spool_json_body(chunks(large), 1 << 60, None)).body == large

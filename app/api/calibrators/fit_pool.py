@@ -13,9 +13,10 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
+import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -31,14 +32,78 @@ from .upload import parse_upload
 
 @dataclass(frozen=True)
 class FitJob:
-    """What a worker needs: the raw JSON body, or an upload's fields and file."""
+    """What a worker needs: the raw JSON body (in memory, or spooled to ``body_file``), or an
+    upload's fields and file."""
 
     body: bytes | None = None
+    #: A spooled JSON body (``spool_json_body``); the worker reads it, ``discard_spool`` removes it.
+    body_file: str | None = None
     fields: dict[str, str] | None = None
     file: bytes | None = None
     max_samples: int | None = None
     #: Set for asynchronous fits: the worker reports progress under this id.
     job_id: str | None = None
+
+    def discard_spool(self) -> None:
+        if self.body_file is not None:
+            try:
+                os.unlink(self.body_file)
+            except FileNotFoundError:
+                pass
+
+
+#: JSON bodies at least this large are spooled to a file as they arrive, not held in memory.
+SPOOL_MIN_BYTES = 1 << 20
+#: RAM-backed where the system has it (Linux), so that spooling costs no disk I/O.
+_SPOOL_DIR = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
+async def spool_json_body(chunks: AsyncIterator[bytes], length: int | None, max_samples: int | None) -> FitJob:
+    """A FitJob for a JSON body read from ``chunks``, the request's ``length`` bytes.
+
+    A large body is written to a file chunk by chunk (each write lets go of the GIL),
+    and the worker reads it there: the event loop neither joins it into one 20 MB bytes
+    object nor lets the process pool pickle that into its pipe, each a copy that holds
+    the GIL for milliseconds while /calibrate requests wait. Smaller bodies, and bodies
+    the spool has no room for, are read into memory.
+    """
+    if length is None or length < SPOOL_MIN_BYTES or not _spool_has_room(length):
+        return FitJob(body=b"".join([chunk async for chunk in chunks]), max_samples=max_samples)
+    fd, path = tempfile.mkstemp(prefix="calibd-fit-", suffix=".json", dir=_SPOOL_DIR)
+    held: list[bytes] = []  # what the spool had no room for after all (another process filled it)
+    try:
+        async for chunk in chunks:
+            if held:
+                held.append(chunk)
+                continue
+            try:
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd, view):]
+            except OSError:
+                held = [_read_back(fd), bytes(view)]
+    except BaseException:
+        os.close(fd)
+        os.unlink(path)
+        raise
+    os.close(fd)
+    if held:
+        os.unlink(path)
+        return FitJob(body=b"".join(held), max_samples=max_samples)
+    return FitJob(body_file=path, max_samples=max_samples)
+
+
+def _spool_has_room(length: int) -> bool:
+    try:
+        stat = os.statvfs(_SPOOL_DIR or tempfile.gettempdir())
+    except OSError:
+        return False
+    return stat.f_bavail * stat.f_frsize > 2 * length
+
+
+def _read_back(fd: int) -> bytes:
+    size = os.lseek(fd, 0, os.SEEK_CUR)
+    return os.pread(fd, size, 0)
 
 
 # In a worker process: where progress reports go (set by the pool's initializer).
@@ -54,8 +119,12 @@ def run_fit(job: FitJob, progress: Callable[[float, str], None] | None = None) -
             queue.put((job.job_id, fraction, stage))
 
     try:
-        if job.body is not None:
-            fit = validate(FitRequest, parse_json_object(job.body))
+        body = job.body
+        if job.body_file is not None:
+            with open(job.body_file, "rb") as spooled:
+                body = spooled.read()
+        if body is not None:
+            fit = validate(FitRequest, parse_json_object(body))
             holdout = {key: getattr(fit.holdout, key) for key in ("scores", "labels", "sample_weight", "classes")}
             holdout |= fit.holdout.model_extra or {}
 

@@ -17,7 +17,7 @@ from ..problems import Problem
 from ..state import Services, services
 from ..validation import MAX_VERSION, NAME_PATTERN, json_response, request_body, validate
 from . import jobs as fit_jobs
-from .fit_pool import FitJob
+from .fit_pool import FitJob, spool_json_body
 from .schemas import (
     JobOut,
     CalibratorOut,
@@ -96,11 +96,16 @@ async def create_calibrator(
         fields, file = await read_form(request)
         job = FitJob(fields=fields, file=file, max_samples=limit)
     elif kind in ("application/json", "") or kind.endswith("+json"):
-        job = FitJob(body=await request.body(), max_samples=limit)
+        length = request.headers.get("content-length", "")
+        job = await spool_json_body(request.stream(), int(length) if length.isdigit() else None, limit)
     else:
         raise Problem(415, f"send application/json or multipart/form-data, not {kind}")
     if run_async:
-        info = await fit_jobs.submit(app, job)
+        try:
+            info = await fit_jobs.submit(app, job)
+        except BaseException:  # no job to read the spooled body
+            job.discard_spool()
+            raise
         return json_response(fit_jobs.job_out(info), 202, headers={"Location": f"/jobs/{info.id}"})
     info = await fit_and_store(app, job)
     location = f"/calibrators/{info.name}/versions/{info.version}"
@@ -109,7 +114,10 @@ async def create_calibrator(
 
 async def fit_and_store(app: Services, job: FitJob) -> VersionInfo:
     """Fit in a worker, store the version, and make it servable here at once."""
-    fitted = await app.fit_pool.fit(job)
+    try:
+        fitted = await app.fit_pool.fit(job)
+    finally:
+        job.discard_spool()
     FIT_DURATION.labels(fitted["method"]).observe(fitted.pop("elapsed_seconds"))
     info = await run_in_threadpool(lambda: repository.create_version(app.sessions, **fitted))
     app.store.stored(info)
