@@ -80,7 +80,7 @@ def _utc_milliseconds(created: float) -> str:
     return f"{prefix}.{micro // 1000:03d}+00:00"
 
 
-#: How long the log writer waits after a first line for more (lines reach stderr about this much later).
+#: How often the log writer wakes to write what is queued (lines reach stderr at most about this much later).
 _LINGER_SECONDS = 0.25
 
 

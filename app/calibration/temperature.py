@@ -64,7 +64,7 @@ class TemperatureCalibrator(Calibrator):
             # pass that all logits are finite and within the unshifted softmax's range (a NaN
             # or an infinity fails the comparison). Larger batches, which may exceed the bound
             # while valid (and would wake BLAS threads), are checked by their extremes instead.
-            if scores.size <= _VDOT_MAX and _vdot(scores, scores) < (_UNSHIFTED_RANGE * t) ** 2:
+            if scores.size <= _VDOT_MAX and np.vdot(scores, scores) < (_UNSHIFTED_RANGE * t) ** 2:
                 return _unshifted_softmax(scores / t), {}
             extremes = quick_extremes(scores, self.input, ndim=2, n_columns=k)
             if extremes is not None:
@@ -91,9 +91,8 @@ class TemperatureCalibrator(Calibrator):
         return {"temperature": self.temperature_}
 
 
-#: Sum of squares in one BLAS call (ravels a C-contiguous array without copying), single-threaded
-#: in OpenBLAS up to this many elements.
-_vdot = np.vdot
+#: np.vdot (a sum of squares in one BLAS call, raveling a C-contiguous array without copying) is
+#: single-threaded in OpenBLAS up to this many elements.
 _VDOT_MAX = 10_000
 
 #: |logit / T| below this: exp neither overflows (a row's sum stays finite) nor leaves the normal floats.

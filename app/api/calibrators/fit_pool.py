@@ -62,8 +62,8 @@ async def spool_json_body(chunks: AsyncIterator[bytes], length: int | None, max_
     """A FitJob for a JSON body read from ``chunks``, the request's ``length`` bytes.
 
     A large body is written to a file chunk by chunk (each write lets go of the GIL),
-    and the worker reads it there: the event loop neither joins it into one 20 MB bytes
-    object nor lets the process pool pickle that into its pipe, each a copy that holds
+    and the worker reads it there: the serving process neither joins it into one 20 MB
+    bytes object nor copies that through the process pool's pipe, each a copy that holds
     the GIL for milliseconds while /calibrate requests wait. Smaller bodies, and bodies
     the spool has no room for, are read into memory.
     """
