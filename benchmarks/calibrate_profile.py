@@ -19,6 +19,10 @@
     own thread here. The server writes it from a background thread, which in a
     loop that never waits on a socket would rarely get the GIL, and while it
     waited every GIL-releasing numpy call would pay to wake it (10-20 us).
+    Then the temperature workload's predict, call by call: the five numpy
+    calls of TemperatureCalibrator's quick path (their result checked against
+    predict_details), each timed in a loop of its own (warm) and once after
+    each request through the app, as a served request meets them.
 (2) The GIL hand-off tax, each figure in a fresh interpreter: the median time
     of one numpy call (np.add on 1,000 floats, which releases the GIL, and on
     400, which does not) after ~30 us of Python work, alone and beside a thread
@@ -185,8 +189,61 @@ async def breakdown(requests: int) -> dict[str, dict[str, float]]:
             results[wkey] = {letter: statistics.median(samples[path]) for (letter, _), path in zip(STEPS, paths)}
             print(f"  {wkey}: " + ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in results[wkey].items()),
                   file=sys.stderr, flush=True)
+        calls = await temperature_calls(app, key, payloads["1d"], requests)
     shutil.rmtree(folder, ignore_errors=True)
-    return results
+    return results, calls
+
+
+TEMPERATURE_CALLS = [
+    ("np.vdot(z, z) < (600 T)^2", "check: finite, and in the unshifted softmax's range"),
+    ("w = z / T", "scale"),
+    ("np.exp(w, out=w)", "exponentiate"),
+    ("s = np.add.reduce(w, axis=1, keepdims=True)", "row sums"),
+    ("w /= s", "normalise"),
+]
+
+
+async def temperature_calls(app, key: str, body: bytes, requests: int) -> dict[str, tuple[float, float]]:
+    """Median seconds of each numpy call of the temperature quick path, and of predict_details:
+    (in a loop of its own, once after each request through the app)."""
+    from app.api.calibrate.router import _float_array
+
+    loaded = app.state.services.store.get("temp10", None)
+    calibrator, t = loaded.calibrator, loaded.calibrator.temperature_
+    z = _float_array(orjson.loads(body)["scores"])
+    clock = time.perf_counter_ns
+
+    def timed_calls() -> tuple[list[int], np.ndarray]:
+        times = [clock()]
+        np.vdot(z, z) < (600.0 * t) ** 2
+        times.append(clock())
+        w = z / t
+        times.append(clock())
+        np.exp(w, out=w)
+        times.append(clock())
+        s = np.add.reduce(w, axis=1, keepdims=True)
+        times.append(clock())
+        w /= s
+        times.append(clock())
+        return [b - a for a, b in zip(times, times[1:])], w
+
+    def timed_predict() -> list[int]:
+        started = clock()
+        calibrator.predict_details(z)
+        return [clock() - started]
+
+    # The same arithmetic as the calibrator's quick path, bit for bit, or this table describes other code.
+    np.testing.assert_array_equal(timed_calls()[1], calibrator.predict_details(z)[0])
+    warm = [timed_calls()[0] + timed_predict() for _ in range(requests)]
+    cold: list[list[int]] = [[], []]
+    for i in range(2 * requests):
+        # After a request to the baseline route (step B), which runs none of these calls.
+        await call(app, "/profile/step1", body, key)
+        cold[i % 2].append(timed_calls()[0] if i % 2 == 0 else timed_predict())
+    cold_rows = [calls + predict for calls, predict in zip(*cold)]
+    labels = [code for code, _ in TEMPERATURE_CALLS] + ["predict_details (all of it)"]
+    return {label: (statistics.median(x[i] for x in warm) / 1e9, statistics.median(x[i] for x in cold_rows) / 1e9)
+            for i, label in enumerate(labels)}
 
 
 def py_spy_profile(py_spy: str, seconds: float) -> dict[str, list[tuple[float, str]]]:
@@ -266,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         print(gil_trial(int(args.gil_trial[0]), args.gil_trial[1]))
         return 0
     started_machine = machine()
-    results = asyncio.run(breakdown(args.requests))
+    results, calls = asyncio.run(breakdown(args.requests))
     labels = {key: label for key, label, *_ in ct.WORKLOADS}
     lines = [
         "## Where /calibrate's time goes (profile)",
@@ -294,6 +351,15 @@ def main(argv: list[str] | None = None) -> int:
                  + " | ".join(f"{results[k]['B'] / results[k]['E']:.2f}" for k in results) + " |")
     lines.append("| A / E (against the parsed scores alone) | "
                  + " | ".join(f"{results[k]['A'] / results[k]['E']:.2f}" for k in results) + " |")
+    lines += ["", "The temperature workload's predict (100 rows x 10 classes), call by call: the numpy calls of the "
+              "calibrator's quick path, each timed in a loop of its own (warm) and once after each request through "
+              "the app (as a served request meets them), median, microseconds. What a call costs on a request is "
+              "mostly fixed (dispatch, and code and data evicted by the rest of the request), not arithmetic, so "
+              "fewer, larger calls are what would save time; a softmax needs a check, a scale, exp, row sums and a "
+              "division, so five is the least numpy calls can do it in.", "",
+              "| call | warm | after a request |", "|---|---:|---:|"]
+    for label, (warm, cold) in calls.items():
+        lines.append(f"| `{label}` | {warm * 1e6:.1f} | {cold * 1e6:.1f} |")
     tax = gil_tax()
     lines += ["", "The GIL hand-off tax (median of one np.add after ~30 us of Python work, each case in a fresh "
               "interpreter, microseconds). numpy releases the GIL for more than 500 elements; a thread that sleeps "
