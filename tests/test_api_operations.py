@@ -148,6 +148,24 @@ def test_the_log_writer_loses_nothing_from_concurrent_threads():
         assert [i for thread, i in lines if thread == t] == list(range(500))
 
 
+def test_a_forked_child_writes_its_own_lines_and_not_its_parents():
+    read_end, write_end = os.pipe()
+    with os.fdopen(write_end, "w") as stream:
+        logger, handler = _logger_writing_to(stream, capacity=100)
+        logger.info("parent, queued before the fork")
+        child = os.fork()
+        if child == 0:  # pragma: no cover - runs in the child
+            logger.info("child")
+            handler.flush()
+            os._exit(0)
+        assert os.waitpid(child, 0)[1] == 0
+        logger.info("parent, after the fork")
+        handler.flush()
+    with os.fdopen(read_end) as pipe:
+        lines = pipe.read().splitlines()
+    assert sorted(lines) == ["child", "parent, after the fork", "parent, queued before the fork"]
+
+
 def test_a_fit_past_its_timeout_is_stopped_and_the_service_carries_on(database_url, name, row_counts):
     rng = np.random.default_rng(1)
     scores = rng.uniform(size=300_000)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import contextvars
+import functools
 import json
 import logging
 import math
@@ -18,6 +19,7 @@ import re
 import sys
 import threading
 import time
+import weakref
 from datetime import datetime, timezone
 
 import orjson
@@ -112,7 +114,8 @@ class BackgroundStreamHandler(logging.StreamHandler):
         self._lines: collections.deque[str] = collections.deque()
         self._capacity = capacity
         self._write_lock = threading.Lock()  # one batch at a time, in order
-        self._writer_pid = 0
+        self._writer_started = False
+        os.register_at_fork(after_in_child=functools.partial(_forget_writer_after_fork, weakref.ref(self)))
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -122,7 +125,7 @@ class BackgroundStreamHandler(logging.StreamHandler):
         except Exception:
             self.handleError(record)
             return
-        if self._writer_pid != os.getpid():  # first use, or a forked child: its own writer
+        if not self._writer_started:  # first use, or first in a forked child
             self._start_writer()
         self._lines.append(line)
         if len(self._lines) >= self._capacity:
@@ -130,10 +133,16 @@ class BackgroundStreamHandler(logging.StreamHandler):
 
     def _start_writer(self) -> None:
         with self._write_lock:
-            if self._writer_pid != os.getpid():
-                self._lines.clear()  # a forked child's copy of its parent's queue is the parent's to write
+            if not self._writer_started:
                 threading.Thread(target=self._write_forever, name="log-writer", daemon=True).start()
-                self._writer_pid = os.getpid()
+                self._writer_started = True
+
+    def _forget_writer(self) -> None:
+        """In a forked child: no writer thread survived the fork, the queue copied from the
+        parent is the parent's to write, and the lock may have been copied held."""
+        self._lines.clear()
+        self._write_lock = threading.Lock()
+        self._writer_started = False
 
     def _write_forever(self) -> None:
         while True:  # idle, it wakes to an empty queue four times a second
@@ -155,6 +164,12 @@ class BackgroundStreamHandler(logging.StreamHandler):
         """Write what is queued, then flush the stream."""
         self._write_queued()
         super().flush()
+
+
+def _forget_writer_after_fork(handler: weakref.ref[BackgroundStreamHandler]) -> None:
+    live = handler()
+    if live is not None:
+        live._forget_writer()
 
 
 _handlers: dict[int, BackgroundStreamHandler] = {}

@@ -23,19 +23,13 @@ import numpy as np
 
 from ..calibration import Calibrator, from_dict
 from . import repository
-from .repository import NoCurrentVersion, NotFound, Sessions, VersionInfo
+from .repository import NoCurrentVersion, NotFound, Sessions, VersionHeader, VersionInfo
 
 
 @dataclass(frozen=True)
-class LoadedCalibrator:
-    name: str
-    uid: str
-    calibrator_id: int
-    version: int
-    method: str
-    input_kind: str
-    n_classes: int
-    classes: list[Any] | None
+class LoadedCalibrator(VersionHeader):
+    """A version ready to serve: its header, and the calibrator built from its parameters."""
+
     calibrator: Calibrator
     nbytes: int
 
@@ -92,18 +86,7 @@ class CalibratorStore:
     def _cache(self, info: VersionInfo) -> LoadedCalibrator:
         calibrator = from_dict(info.parameters)
         calibrator.prepare()  # lookup tables built now, off the request path, and counted below
-        loaded = LoadedCalibrator(
-            name=info.name,
-            uid=info.uid,
-            calibrator_id=info.calibrator_id,
-            version=info.version,
-            method=info.method,
-            input_kind=info.input_kind,
-            n_classes=info.n_classes,
-            classes=info.classes,
-            calibrator=calibrator,
-            nbytes=estimate_nbytes(calibrator),
-        )
+        loaded = LoadedCalibrator(**info.header(), calibrator=calibrator, nbytes=estimate_nbytes(calibrator))
         key = (info.uid, info.version)
         with self._lock:
             previous = self._loaded.pop(key, None)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -44,7 +44,9 @@ class InvalidCursor(ValueError):
 
 
 @dataclass(frozen=True)
-class VersionInfo:
+class VersionHeader:
+    """Which version this is and what it takes: all that serving it needs besides the calibrator."""
+
     name: str
     uid: str
     calibrator_id: int
@@ -53,6 +55,14 @@ class VersionInfo:
     input_kind: str
     n_classes: int
     classes: list[Any] | None
+
+    def header(self) -> dict[str, Any]:
+        """These fields by name (a subclass's own fields left out)."""
+        return {f.name: getattr(self, f.name) for f in fields(VersionHeader)}
+
+
+@dataclass(frozen=True)
+class VersionInfo(VersionHeader):
     parameters: dict[str, Any]
     summary: dict[str, Any]
     holdout_sha256: str
