@@ -1,6 +1,6 @@
 """/calibrate p99 latency while a 1,000,000-row isotonic fit runs, against without (target 2 of issue 8).
 
-    .venv/bin/python benchmarks/calibrate_under_fit.py [--pairs 3] [--seconds 20]
+    .venv/bin/python benchmarks/calibrate_under_fit.py [--pairs 5] [--seconds 12]
 
 One `calibd serve` process (one uvicorn worker, one fit worker process at
 lower CPU priority, as deployed). Its idle capacity on the 100-score isotonic
@@ -11,7 +11,9 @@ scheduled time, wrk2-style) sends /calibrate at half that capacity, for
 POST /calibrators busy with a 1,000,000-row isotonic holdout (fit, cross-fitted
 summary and store, back to back, the next posted as soon as one is answered).
 The two windows alternate; the ratio is the median over pairs of p99 with the
-fit / p99 without.
+fit / p99 without. Five pairs of 12 s rather than fewer, longer ones: a single
+window's p99 moves by several times with the host's other load, so the two
+windows of a pair should be close in time, and the median needs pairs.
 
 Two figures say where the difference comes from. The serving thread's CPU time
 per fit (from /proc, fit windows against idle ones) is what the fit route costs
@@ -123,8 +125,8 @@ class FitLoop:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pairs", type=int, default=3, help="windows with and without the fit (default 3 each)")
-    parser.add_argument("--seconds", type=float, default=20.0, help="length of each window (default 20)")
+    parser.add_argument("--pairs", type=int, default=5, help="windows with and without the fit (default 5 each)")
+    parser.add_argument("--seconds", type=float, default=12.0, help="length of each window (default 12)")
     parser.add_argument("--fit-rows", type=int, default=1_000_000)
     parser.add_argument("--control", type=int, default=2, help="control windows beside a CPU hog unrelated to calibd (default 2)")
     args = parser.parse_args(argv)
