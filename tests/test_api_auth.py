@@ -16,6 +16,7 @@ from datetime import timedelta
 import httpx
 import numpy as np
 import pytest
+from sqlalchemy import event
 
 from app.config import Settings
 from app.main import create_app
@@ -234,3 +235,27 @@ def test_cli_keys_round_trip(isolated_database_url, live):
     assert run("revoke", key_id).returncode == 0
     assert "revoked" in run("list").stdout.split(key_id)[1].splitlines()[0]
     assert run("revoke", "nosuchid").returncode == 1
+
+
+def test_the_key_poll_rereads_the_keys_only_when_they_change(fresh_database):
+    engine = make_engine(fresh_database)
+    sessions = make_sessionmaker(engine)
+    ring = keys.KeyRing(sessions)
+    first, _ = keys.create_key(sessions, ["read"])
+    statements: list[str] = []
+    event.listen(engine, "before_cursor_execute", lambda _c, _k, statement, *_: statements.append(statement))
+
+    def reads_keys() -> bool:
+        statements.clear()
+        ring.refresh()
+        return any("key_sha256" in statement for statement in statements)
+
+    assert reads_keys() and ring.check(first) is not None
+    assert not reads_keys()  # unchanged: the fingerprint alone
+    # Another replica's changes, each seen at the next poll.
+    second, second_info = keys.create_key(sessions, ["calibrate"])
+    assert reads_keys() and ring.check(second).scopes == ("calibrate",)
+    assert not reads_keys()
+    keys.revoke_key(sessions, second_info.key_id)
+    assert reads_keys() and ring.check(second) is None and ring.check(first) is not None
+    assert not reads_keys()

@@ -12,10 +12,11 @@ import hashlib
 import hmac
 import secrets
 import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import Row, func, select
 
 from .db import transaction
 from .models import ApiKeyRow, utcnow
@@ -54,7 +55,7 @@ def split_key(key: str) -> str | None:
     return key_id if key_id and secret else None
 
 
-def _info(row: ApiKeyRow) -> KeyInfo:
+def _info(row: ApiKeyRow | Row) -> KeyInfo:
     return KeyInfo(row.key_id, tuple(row.scopes), row.description, row.created_at, row.expires_at, row.revoked_at)
 
 
@@ -115,6 +116,16 @@ def revoke_key(sessions: Sessions, key_id: str) -> KeyInfo:
         return _info(row)
 
 
+_FINGERPRINT = select(func.count(), func.count(ApiKeyRow.revoked_at), func.max(ApiKeyRow.id))
+# Columns rather than ORM objects: a third of the time per key.
+_KEYS = select(
+    ApiKeyRow.key_id, ApiKeyRow.key_sha256, ApiKeyRow.scopes, ApiKeyRow.description,
+    ApiKeyRow.created_at, ApiKeyRow.expires_at, ApiKeyRow.revoked_at,
+)
+#: Every key is reread at least this often, whatever the fingerprint says.
+_REREAD_SECONDS = 60.0
+
+
 class KeyRing:
     """This process's copy of the keys, refreshed by polling, so requests are checked in memory.
 
@@ -127,19 +138,34 @@ class KeyRing:
         self._bootstrap = bootstrap_admin_key
         self._lock = threading.Lock()
         self._digests: dict[str, tuple[str, KeyInfo]] = {}
+        self._fingerprint: tuple | None = None
+        self._reread_by = 0.0
         #: False until the keys were read once: until then nothing is let through.
         self.loaded = False
 
     def refresh(self) -> None:
-        """Register the bootstrap key if still needed, then reread every key."""
+        """Register the bootstrap key if still needed, then reread the keys if they changed.
+
+        A poll that finds the table as it was costs one aggregate query: rereading
+        every key at each poll cost the serving process 10 ms at 1,000 keys and
+        100 ms at 5,000, twice a second. The fingerprint (rows, revoked rows,
+        highest id) moves with each creation and revocation, the only changes
+        calibd makes to a key; a key edited in the table by other means is read
+        within ``_REREAD_SECONDS``.
+        """
         if self._bootstrap:
             ensure_key(self._sessions, self._bootstrap, ["admin"], "bootstrap admin key")
             self._bootstrap = None
         with transaction(self._sessions) as session:
-            rows = session.scalars(select(ApiKeyRow)).all()
-            digests = {row.key_id: (row.key_sha256, _info(row)) for row in rows}
+            # Read before the keys: a change made in between is read again at the next poll.
+            fingerprint = tuple(session.execute(_FINGERPRINT).one())
+            if fingerprint == self._fingerprint and time.monotonic() < self._reread_by:
+                return
+            digests = {row.key_id: (row.key_sha256, _info(row)) for row in session.execute(_KEYS)}
         with self._lock:
             self._digests = digests
+            self._fingerprint = fingerprint
+            self._reread_by = time.monotonic() + _REREAD_SECONDS
             self.loaded = True
 
     @property
