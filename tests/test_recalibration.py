@@ -11,6 +11,7 @@ import pytest
 from app.config import Settings
 from app.metrics import ece, log_loss
 from app.monitoring.recalibration import compare_log_loss
+from app.storage import recalibration as loop_store
 
 from .conftest import LiveServer
 
@@ -124,3 +125,21 @@ def test_the_promotion_rule_by_hand():
     slightly = np.where(y == 1, 0.801, 0.199)
     verdict = compare_log_loss(good, slightly, y, margin=0.0)
     assert verdict.promote == (verdict.interval[0] > 0) and verdict.improvement > 0
+
+
+def test_two_apps_in_one_process_hold_separate_leases(fresh_database):
+    """Each app's loop takes a calibrator's lease as itself: two apps served from one process
+    (the test servers run as threads of one) must not both work on the same loop at once."""
+    z, y = stream(500, 3)
+    fit = {"name": "leased", "method": "platt", "input": "logit", "holdout": {"scores": z.tolist(), "labels": y.tolist()}}
+    with LiveServer(Settings(database_url=fresh_database)) as first, LiveServer(Settings(database_url=fresh_database)) as second:
+        with httpx.Client(base_url=first.url, timeout=60) as http:
+            assert http.post("/calibrators", json=fit).status_code == 201
+            assert http.put("/calibrators/leased/recalibration", json={"trigger": "alarm"}).status_code == 200
+        services = [live.server.config.app.state.services for live in (first, second)]
+        sessions = services[0].sessions
+        ((calibrator_id, _),) = loop_store.enabled_calibrators(sessions)
+        assert loop_store.claim(sessions, calibrator_id, services[0].owner) is not None
+        assert loop_store.claim(sessions, calibrator_id, services[1].owner) is None
+        loop_store.release(sessions, calibrator_id, services[0].owner)
+        assert loop_store.claim(sessions, calibrator_id, services[1].owner) is not None

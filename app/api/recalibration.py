@@ -11,13 +11,12 @@
 
 Every step is an event (GET /calibrators/{name}/recalibration, the report page)
 and is counted in calibd_recalibration_total. A lease in the database makes
-one process at a time work on a calibrator's loop.
+one app at a time work on a calibrator's loop.
 """
 
 from __future__ import annotations
 
 import logging
-import uuid
 from typing import Annotated, Any, Literal
 
 import numpy as np
@@ -43,9 +42,6 @@ from .validation import json_response, request_body, validate
 
 logger = logging.getLogger("calibd")
 router = APIRouter(tags=["recalibration"])
-OWNER = uuid.uuid4().hex
-
-
 class RecalibrationPolicy(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -103,7 +99,7 @@ async def get_state(request: Request, name: NamePath, events: Annotated[int, Que
 async def run_loop_once(app: Services) -> None:
     """One pass over every calibrator with an enabled policy."""
     for calibrator_id, name in await run_in_threadpool(loop_store.enabled_calibrators, app.sessions):
-        state = await run_in_threadpool(loop_store.claim, app.sessions, calibrator_id, OWNER)
+        state = await run_in_threadpool(loop_store.claim, app.sessions, calibrator_id, app.owner)
         if state is None:
             continue  # another process holds it
         values: dict[str, Any] = {}
@@ -112,7 +108,7 @@ async def run_loop_once(app: Services) -> None:
         except Exception:
             logger.exception("recalibration of %s failed; trying again next pass", name)
         finally:
-            await run_in_threadpool(lambda: loop_store.release(app.sessions, calibrator_id, OWNER, **values))
+            await run_in_threadpool(lambda: loop_store.release(app.sessions, calibrator_id, app.owner, **values))
 
 
 async def _event(app: Services, calibrator_id: int, name: str, outcome: str, reason: str, version, details) -> None:

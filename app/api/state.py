@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -32,6 +33,10 @@ class Services:
     fit_pool: FitPool
     #: Asynchronous fits this process is running, by job id.
     running_jobs: dict[str, asyncio.Task] = field(default_factory=dict)
+    #: This app's identity as the owner of its fit jobs and recalibration leases: one per app,
+    #: not per process, so that two apps served from one process (as tests and embedders do)
+    #: exclude each other too.
+    owner: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
 def services(request: Request) -> Services:

@@ -31,8 +31,6 @@ from .schemas import JobOut
 logger = logging.getLogger("calibd")
 router = APIRouter(tags=["calibrators"])
 
-#: This process's identity as a job owner.
-OWNER = uuid.uuid4().hex
 #: How often a running job's progress and heartbeat are written.
 TICK_SECONDS = 1.0
 
@@ -57,7 +55,7 @@ async def submit(app: Services, job: FitJob) -> JobInfo:
     """Record a queued job and start running it in the background."""
     job_id = uuid.uuid4().hex
     name = (job.fields or {}).get("name")
-    info = await run_in_threadpool(job_store.create_job, app.sessions, job_id, name, OWNER)
+    info = await run_in_threadpool(job_store.create_job, app.sessions, job_id, name, app.owner)
     app.running_jobs[job_id] = asyncio.create_task(_run(app, FitJob(**{**job.__dict__, "job_id": job_id})))
     return info
 
