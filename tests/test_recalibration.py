@@ -76,7 +76,8 @@ def test_a_drift_is_caught_refitted_shadow_tested_and_promoted(live, name):
     promoted = next(e for e in state["events"] if e["outcome"] == "promoted")
     assert promoted["details"]["improvement"] > 0.001 and promoted["details"]["interval"][0] > 0
     exposition = live.get("/metrics").text
-    assert f'calibd_recalibration_total{{calibrator="{name}",outcome="promoted"}} 1.0' in exposition
+    series = f'calibd_recalibration_total{{calibrator="{name}",outcome="promoted"}}'
+    assert [line for line in exposition.splitlines() if line.startswith(series + " ")] == [series + " 1.0"]
     page = live.get(f"/calibrators/{name}/report", params={"format": "html"}).text
     assert 'id="recalibration"' in page and "promoted" in page
 
