@@ -117,7 +117,7 @@ def revoke_key(sessions: Sessions, key_id: str) -> KeyInfo:
 
 
 _FINGERPRINT = select(func.count(), func.count(ApiKeyRow.revoked_at), func.max(ApiKeyRow.id))
-# Columns rather than ORM objects: a third of the time per key.
+# Columns rather than ORM objects: less than half the time per key (44 against 103 ms for 5,000).
 _KEYS = select(
     ApiKeyRow.key_id, ApiKeyRow.key_sha256, ApiKeyRow.scopes, ApiKeyRow.description,
     ApiKeyRow.created_at, ApiKeyRow.expires_at, ApiKeyRow.revoked_at,
