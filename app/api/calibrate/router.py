@@ -17,10 +17,11 @@ from starlette.responses import Response
 from ...calibration import CalibrationInputError
 from ...calibration._fastpath import LIST_MAX
 from ...calibration.decisions import check_costs, decide
+from ...storage.cache import LoadedCalibrator
 from ..bodies import parse_json_object, require_json
 from ..observability import CALIBRATE_REQUESTS, CALIBRATE_SCORES
 from ..problems import Problem, input_error
-from ..state import services
+from ..state import Services, services
 from ..validation import MAX_VERSION, json_response, request_body
 from .schemas import CalibrateRequest, CalibrateResponse
 from ..auth import REQUIRE_CALIBRATE
@@ -43,9 +44,24 @@ async def calibrate(request: Request) -> Response:
     require_json(request.headers)
     data = parse_json_object(await request.body())
     name, version, scores, ids, arrays = _envelope(data)
-    costs = data.get("costs")
-    app = services(request)
-    if isinstance(scores, list) and len(scores) > app.settings.max_batch_scores:
+    loaded, probabilities, extras = await calibrate_batch(services(request), name, version, scores, ids, arrays, data.get("costs"))
+    body = {"calibrator": name, "version": loaded.version, "probabilities": probabilities, **extras}
+    if loaded.classes is not None:
+        body["classes"] = loaded.classes  # the order of the columns (or of class 1 for binary)
+    return json_response(body)
+
+
+async def calibrate_batch(
+    app: Services, name: str, version: int | None, scores: object, ids: list[str] | None, arrays: dict, costs: object = None
+) -> tuple[LoadedCalibrator, np.ndarray, dict]:
+    """Calibrate one batch: what /calibrate and the inference protocol's routes share.
+
+    ``scores`` is the JSON list or an array; ``arrays`` the method's extra arrays. Returns the
+    version served, the probabilities and the extras (``decisions`` among them, given costs);
+    logs the predictions under ``ids`` and counts them. Bad input raises a 422 Problem whose
+    pointers name /calibrate's fields (``/scores``, ``/ids``, ``/costs``, ...).
+    """
+    if isinstance(scores, (list, np.ndarray)) and len(scores) > app.settings.max_batch_scores:
         limit = app.settings.max_batch_scores
         raise Problem.invalid("/scores", f"{len(scores)} scores is more than one request may carry ({limit}, CALIBD_MAX_BATCH_SCORES)")
     loaded = app.store.get(name, version) or await run_in_threadpool(app.store.load, name, version)
@@ -57,22 +73,20 @@ async def calibrate(request: Request) -> Response:
     if ids is not None:
         if len(ids) != probabilities.shape[0]:
             raise Problem.invalid("/ids", f"has {len(ids)} entries but scores has {probabilities.shape[0]}")
+        logged = scores.tolist() if isinstance(scores, np.ndarray) else scores
         app.prediction_log.add(
-            loaded.calibrator_id, name, loaded.version, ids, probabilities, extras.get("accepted"), scores
+            loaded.calibrator_id, name, loaded.version, ids, probabilities, extras.get("accepted"), logged
         )
-    body = {"calibrator": name, "version": loaded.version, "probabilities": probabilities, **extras}
-    if loaded.classes is not None:
-        body["classes"] = loaded.classes  # the order of the columns (or of class 1 for binary)
     if costs is not None:
         try:
             decisions = decide(probabilities, check_costs(costs, loaded.n_classes))
         except CalibrationInputError as error:
             raise input_error(error, ()) from None
-        body["decisions"] = decisions if loaded.classes is None else [loaded.classes[d] for d in decisions]
+        extras["decisions"] = decisions if loaded.classes is None else [loaded.classes[d] for d in decisions]
     requests, scored = _counters.get(name) or _count(name)
     requests.inc()
     scored.inc(probabilities.shape[0])
-    return json_response(body)
+    return loaded, probabilities, extras
 
 
 #: The calibrate counters' children by calibrator name: ``labels()`` takes a lock and builds a key each call.
