@@ -16,6 +16,7 @@ from .debiased import debiased_l2_ce
 from .evaluate import DEFAULT_METRICS, METRICS, evaluate
 from .inputs import Prepared, prepare
 from .lp import lp_error
+from .multicalibration import multicalibration_error
 from .reliability import reliability_diagram, wilson_interval
 from .scores import brier, brier_decomposition, log_loss
 from .smooth import smooth_ece
@@ -37,6 +38,7 @@ __all__ = [
     "ks_error",
     "log_loss",
     "lp_error",
+    "multicalibration_error",
     "prepare",
     "reliability_diagram",
     "smooth_ece",
