@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -27,7 +28,7 @@ from ..bodies import parse_json_object
 from ..problems import Problem, input_error
 from ..validation import validate
 from .schemas import FitRequest
-from .upload import parse_upload
+from .upload import parse_arrow_fit, parse_upload
 
 
 @dataclass(frozen=True)
@@ -39,17 +40,21 @@ class FitJob:
     #: A spooled JSON body (``spool_json_body``); the worker reads it, ``discard_spool`` removes it.
     body_file: str | None = None
     fields: dict[str, str] | None = None
-    file: bytes | None = None
+    #: An upload's file: its bytes, or the path of a spooled Parquet file (``spool_upload``).
+    file: bytes | str | None = None
+    #: "arrow": the body is an Arrow IPC stream, and ``fields`` the fit's query parameters.
+    table: str | None = None
     max_samples: int | None = None
     #: Set for asynchronous fits: the worker reports progress under this id.
     job_id: str | None = None
 
     def discard_spool(self) -> None:
-        if self.body_file is not None:
-            try:
-                os.unlink(self.body_file)
-            except FileNotFoundError:
-                pass
+        for path in (self.body_file, self.file if isinstance(self.file, str) else None):
+            if path is not None:
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
 
 
 #: JSON bodies at least this large are spooled to a file as they arrive, not held in memory.
@@ -93,6 +98,30 @@ async def spool_json_body(chunks: AsyncIterator[bytes], length: int | None, max_
     return FitJob(body_file=path, max_samples=max_samples)
 
 
+async def spool_upload(upload: Any) -> str | None:
+    """Copy an uploaded file (a starlette ``UploadFile``, already spooled by the form parser)
+    to the spool, for the worker to map as it is; None: small, or no room (keep it in memory)."""
+    size = upload.size
+    if size is None or size < SPOOL_MIN_BYTES or not _spool_has_room(size):
+        return None
+
+    def copy() -> str | None:
+        fd, path = tempfile.mkstemp(prefix="calibd-fit-", suffix=".upload", dir=_SPOOL_DIR)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                upload.file.seek(0)
+                shutil.copyfileobj(upload.file, out, 1 << 20)
+        except OSError:
+            os.unlink(path)
+            return None
+        except BaseException:
+            os.unlink(path)
+            raise
+        return path
+
+    return await asyncio.to_thread(copy)
+
+
 def _spool_has_room(length: int) -> bool:
     try:
         stat = os.statvfs(_SPOOL_DIR or tempfile.gettempdir())
@@ -119,19 +148,7 @@ def run_fit(job: FitJob, progress: Callable[[float, str], None] | None = None) -
             queue.put((job.job_id, fraction, stage))
 
     try:
-        body = job.body
-        if job.body_file is not None:
-            with open(job.body_file, "rb") as spooled:
-                body = spooled.read()
-        if body is not None:
-            fit = validate(FitRequest, parse_json_object(body))
-            holdout = {key: getattr(fit.holdout, key) for key in ("scores", "labels", "sample_weight", "classes")}
-            holdout |= fit.holdout.model_extra or {}
-
-            def to_problem(error: CalibrationInputError) -> Problem:
-                return input_error(error, ("holdout",))
-        else:
-            fit, holdout, to_problem = parse_upload(job.fields or {}, job.file or b"")
+        fit, holdout, to_problem = _parse(job)
         scores, labels, sample_weight, classes = (
             holdout.pop(key, None) for key in ("scores", "labels", "sample_weight", "classes")
         )
@@ -161,6 +178,22 @@ def run_fit(job: FitJob, progress: Callable[[float, str], None] | None = None) -
         }
     except Problem as problem:
         return {"problem": {"status": problem.status, "detail": problem.detail, "errors": problem.errors}}
+
+
+def _parse(job: FitJob) -> tuple[FitRequest, dict[str, Any], Callable[[CalibrationInputError], Problem]]:
+    """The fit request, its holdout arrays, and where a core error points, for each form of body."""
+    if job.table == "arrow":
+        return parse_arrow_fit(job.fields or {}, job.body_file or job.body or b"")
+    body = job.body
+    if job.body_file is not None:
+        with open(job.body_file, "rb") as spooled:
+            body = spooled.read()
+    if body is None:
+        return parse_upload(job.fields or {}, job.file or b"")
+    fit = validate(FitRequest, parse_json_object(body))
+    holdout = {key: getattr(fit.holdout, key) for key in ("scores", "labels", "sample_weight", "classes")}
+    holdout |= fit.holdout.model_extra or {}
+    return fit, holdout, lambda error: input_error(error, ("holdout",))
 
 
 def _ready() -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
@@ -14,10 +15,11 @@ from ..auth import REQUIRE_ADMIN, REQUIRE_READ
 from ..bodies import media_type, parse_json_object, require_json
 from ..observability import FIT_DURATION
 from ..problems import Problem
+from ..tables import ARROW_STREAM, table_body
 from ..state import Services, services
 from ..validation import MAX_VERSION, NAME_PATTERN, json_response, request_body, validate
 from . import jobs as fit_jobs
-from .fit_pool import FitJob, spool_json_body
+from .fit_pool import FitJob, spool_json_body, spool_upload
 from .schemas import (
     JobOut,
     CalibratorOut,
@@ -80,7 +82,7 @@ _LIST_FIELDS = {"version", "current", "method", "input", "n_classes", "n_samples
     status_code=201,
     dependencies=[REQUIRE_ADMIN],
     summary="Fit a calibrator and store it as the next version of its name",
-    openapi_extra=request_body(("application/json", FitRequest), ("multipart/form-data", FitUpload)),
+    openapi_extra=table_body(request_body(("application/json", FitRequest), ("multipart/form-data", FitUpload))),
     responses={201: {"model": VersionOut}, 202: {"model": JobOut}, 413: {}, 415: {}, 422: {}},
 )
 async def create_calibrator(
@@ -88,18 +90,28 @@ async def create_calibrator(
     run_async: Annotated[
         bool, Query(alias="async", description="answer 202 at once with a job to follow at /jobs/{id}")
     ] = False,
+    name: Annotated[str | None, Query(description="with an Arrow IPC stream body: the fit's name", max_length=200)] = None,
+    method: Annotated[str | None, Query(description="with an Arrow IPC stream body: the method", max_length=200)] = None,
+    input: Annotated[str | None, Query(description="with an Arrow IPC stream body: probability or logit", max_length=20)] = None,
+    options: Annotated[str | None, Query(description="with an Arrow IPC stream body: the options as JSON", max_length=10000)] = None,
+    promote: Annotated[str | None, Query(description="with an Arrow IPC stream body: true or false", max_length=10)] = None,
 ) -> Response:
     kind = media_type(request.headers)
     app = services(request)
     limit = app.settings.max_holdout_rows
     if kind == "multipart/form-data":
-        fields, file = await read_form(request)
+        fields, file = await read_form(request, spool_upload)
         job = FitJob(fields=fields, file=file, max_samples=limit)
     elif kind in ("application/json", "") or kind.endswith("+json"):
         length = request.headers.get("content-length", "")
         job = await spool_json_body(request.stream(), int(length) if length.isdigit() else None, limit)
+    elif kind == ARROW_STREAM:
+        fields = {"name": name, "method": method, "input": input, "options": options, "promote": promote}
+        length = request.headers.get("content-length", "")
+        job = await spool_json_body(request.stream(), int(length) if length.isdigit() else None, limit)
+        job = replace(job, table="arrow", fields={key: value for key, value in fields.items() if value is not None})
     else:
-        raise Problem(415, f"send application/json or multipart/form-data, not {kind}")
+        raise Problem(415, f"send application/json, multipart/form-data or {ARROW_STREAM}, not {kind}")
     if run_async:
         try:
             info = await fit_jobs.submit(app, job)

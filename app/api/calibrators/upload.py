@@ -1,7 +1,8 @@
 """The upload form of a fit: multipart/form-data with the fit's fields and a file.
 
 The file is either a CSV with a header row naming its columns (``label``, then
-``score`` or ``score_0`` ... ``score_{K-1}``, optionally ``weight``), or an
+``score`` or ``score_0`` ... ``score_{K-1}``, optionally ``weight``), a Parquet
+file with the same columns (and a method's extra columns; see ``app.api.tables``), or an
 ``.npz`` archive whose keys use the JSON names (``scores``, ``labels``,
 ``sample_weight``, ``classes``, and a method's extra arrays). Archives are read
 with ``allow_pickle=False``: an upload can never run code.
@@ -10,7 +11,7 @@ with ``allow_pickle=False``: an upload can never run code.
 from __future__ import annotations
 
 import io
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ from starlette.datastructures import UploadFile
 from ...calibration import CalibrationInputError
 from ..bodies import parse_json
 from ..problems import Problem
+from ..tables import holdout_from_table, is_parquet, read_table
 from ..validation import validate
 from .schemas import FitRequest, Holdout
 
@@ -122,30 +124,57 @@ def parse_npz(content: bytes) -> dict[str, Any]:
     return arrays
 
 
-async def read_form(request: Request) -> tuple[dict[str, str], bytes]:
-    """The text fields and the file of a multipart upload, read as it streams in."""
+async def read_form(request: Request, spool: Callable[[Any], Awaitable[str | None]] | None = None) -> tuple[dict[str, str], bytes | str]:
+    """The text fields and the file of a multipart upload, read as it streams in.
+
+    With ``spool``, a Parquet file is handed to it (it answers a path, or None to
+    keep the file in memory), so that the fit worker maps the file as it is.
+    """
     async with request.form(max_files=1, max_fields=16) as form:
         fields = {key: value for key, value in form.items() if not isinstance(value, UploadFile)}
         upload = form.get("file")
         if not isinstance(upload, UploadFile):
-            raise Problem.invalid("/file", "a CSV or .npz file is required in the 'file' field")
+            raise Problem.invalid("/file", "a CSV, Parquet or .npz file is required in the 'file' field")
+        if spool is not None and is_parquet(await upload.read(4)):
+            await upload.seek(0)
+            path = await spool(upload)
+            if path is not None:
+                return fields, path
+        await upload.seek(0)
         content = await upload.read()
     return fields, content
 
 
-def parse_upload(fields: dict[str, str], content: bytes) -> tuple[FitRequest, dict[str, Any], Callable]:
-    """The fit request, holdout arrays, and the locator of errors in the file, of an upload."""
+def form_fit_request(fields: dict[str, str]) -> FitRequest:
+    """The fit's fields, sent as text (form fields, or query parameters beside an Arrow stream)."""
     fields = dict(fields)
     options = parse_json(fields.pop("options", "{}").encode() or b"{}")
     unknown = set(fields) - {"name", "method", "input", "promote"}
     if unknown:
         raise Problem.invalid(f"/{sorted(unknown)[0]}", "unknown field")
-    is_npz = content[:4] == b"PK\x03\x04"
-    holdout = parse_npz(content) if is_npz else parse_csv(content)
     if "promote" in fields:  # form fields are text; the JSON form of the fit takes a boolean
         fields["promote"] = {"true": True, "false": False}.get(fields["promote"].strip().lower(), fields["promote"])
     envelope = {**fields, "options": options, "holdout": {"scores": [0], "labels": [0]}}
-    return validate(FitRequest, envelope), holdout, npz_input_error if is_npz else csv_input_error
+    return validate(FitRequest, envelope)
+
+
+def parse_upload(fields: dict[str, str], content: bytes | str) -> tuple[FitRequest, dict[str, Any], Callable]:
+    """The fit request, holdout arrays, and the locator of errors in the file, of an upload
+    (``content``: the file's bytes, or the path of a spooled Parquet file)."""
+    fit = form_fit_request(fields)
+    if isinstance(content, str) or is_parquet(content):
+        holdout, shape = holdout_from_table(read_table(content, "parquet", ("file",)), ("file",))
+        return fit, holdout, shape.error
+    is_npz = content[:4] == b"PK\x03\x04"
+    holdout = parse_npz(content) if is_npz else parse_csv(content)
+    return fit, holdout, npz_input_error if is_npz else csv_input_error
+
+
+def parse_arrow_fit(fields: dict[str, str], source: bytes | str) -> tuple[FitRequest, dict[str, Any], Callable]:
+    """A fit sent as an Arrow IPC stream, its fields as query parameters; errors point at columns (``/score/3``)."""
+    fit = form_fit_request(fields)
+    holdout, shape = holdout_from_table(read_table(source, "arrow", ()), ())
+    return fit, holdout, shape.error
 
 
 def csv_input_error(error: CalibrationInputError) -> Problem:
@@ -174,4 +203,4 @@ def _outside_file(error: CalibrationInputError) -> Problem | None:
     return None
 
 
-__all__ = ["Holdout", "csv_input_error", "npz_input_error", "parse_csv", "parse_upload", "read_form"]
+__all__ = ["Holdout", "csv_input_error", "form_fit_request", "npz_input_error", "parse_arrow_fit", "parse_csv", "parse_upload", "read_form"]

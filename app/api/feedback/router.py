@@ -21,9 +21,10 @@ from ..calibrate.router import MAX_ID_LENGTH
 from ..calibrators.router import NamePath
 from ..observability import FEEDBACK
 from ..problems import Problem, input_error
+from ..tables import feedback_request, read_table_request, table_body
 from ..state import Services, services
 from ..validation import MAX_VERSION, json_response, request_body, validate
-from .schemas import FeedbackReceipt, FeedbackRequest, MonitorOut
+from .schemas import FeedbackReceipt, FeedbackRequest, FeedbackUpload, MonitorOut
 from ..auth import REQUIRE_FEEDBACK, REQUIRE_READ
 
 router = APIRouter(tags=["feedback"])
@@ -57,15 +58,22 @@ def _check_flags(values: list, n: int) -> np.ndarray:
     dependencies=[REQUIRE_FEEDBACK],
     status_code=202,
     summary="Record labels for logged predictions, or labelled probabilities",
-    openapi_extra=request_body(("application/json", FeedbackRequest)),
+    openapi_extra=table_body(request_body(("application/json", FeedbackRequest), ("multipart/form-data", FeedbackUpload))),
     responses={202: {"model": FeedbackReceipt}, 404: {}, 409: {}, 413: {}, 415: {}, 422: {}},
 )
 async def record_feedback(
     request: Request,
     idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
+    calibrator: Annotated[str | None, Query(description="with an Arrow IPC stream body: the calibrator", max_length=200)] = None,
+    version: Annotated[int | None, Query(ge=1, le=MAX_VERSION, description="with an Arrow IPC stream body: the version")] = None,
 ) -> Response:
-    require_json(request.headers)
-    body = validate(FeedbackRequest, parse_json_object(await request.body()))
+    table = await read_table_request(request)
+    if table is None:
+        require_json(request.headers)
+        body = validate(FeedbackRequest, parse_json_object(await request.body()))
+        locate = lambda error: input_error(error, ())  # noqa: E731
+    else:
+        body, locate = feedback_request(*table)
     app = services(request)
     if (body.ids is None) == (body.probabilities is None):
         raise Problem.invalid("/ids", "send either ids (labels for logged predictions) or probabilities, not both")
@@ -102,7 +110,7 @@ async def record_feedback(
             ]
             by_id = {}
     except CalibrationInputError as error:
-        raise input_error(error, ()) from None
+        raise locate(error) from None
 
     settings = app.settings
     try:

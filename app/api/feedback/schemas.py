@@ -47,6 +47,20 @@ class FeedbackRequest(BaseModel):
     )
 
 
+class FeedbackUpload(BaseModel):
+    """The same feedback as a Parquet upload (multipart/form-data)."""
+
+    calibrator: str
+    version: int | None = Field(default=None, ge=1, le=MAX_VERSION)
+    file: bytes = Field(
+        json_schema_extra={"format": "binary"},
+        description=(
+            "Parquet with the columns label and id, or label and probability (or probability_0..probability_{K-1}), "
+            "optionally accepted (booleans) and score (or score_0..)"
+        ),
+    )
+
+
 class FeedbackReceipt(BaseModel):
     count: int
     unknown_ids: list[str]
