@@ -18,6 +18,12 @@ set, :data:`DEFAULT_METRICS` (all of them, less ``spiegelhalter_z`` under a
 * ``target`` (``binary`` | ``top_label`` | ``classwise``; default ``binary``
   for flat input, ``top_label`` for rows, and ``classwise`` for ACE on rows);
 * ``lambda`` (10): the rounding of ``lp_error_*``;
+* ``segment_values`` (50): with ``segments``, the metrics per segment are
+  given for this many most frequent values of each column, the rest pooled
+  into ``__OTHER``;
+* ``multicalibration`` (null: MCGrad's defaults): with ``segments``,
+  ``{"max_depth": 3, "max_values": 3, "min_samples": 10, "max_segments": 1000}``
+  of the multicalibration error (``app.metrics.multicalibration``);
 * ``bootstrap`` (null: no intervals): ``{"n_resamples": 1000, "seed": 0,
   "level": 0.95}``, percentile intervals for every metric (``ci``); its
   ``level`` is also the Wilson level of the diagram (else 0.95).
@@ -58,8 +64,10 @@ from .bootstrap import (
     resample_indices,
 )
 from .debiased import debiased_prepared
-from .inputs import Prepared, input_error, prepare, resolve_target
+from .inputs import Prepared, binary_problems, input_error, prepare, resolve_target
 from .lp import DEFAULT_LAMBDA, check_lambda, lp_cells, lp_from_cells
+from .multicalibration import OTHER, check_segments, multicalibration_error, top_values
+from .multicalibration import check_options as check_mc_options
 from .reliability import DEFAULT_LEVEL, reliability_prepared
 from .scores import (
     LOG_LOSS_EPS,
@@ -76,7 +84,10 @@ from .unbinned import (
 )
 
 BIN_CONVENTION = "left-closed [e_k, e_{k+1}), last bin closed (1.0 in the last bin)"
-OPTION_KEYS = ("n_bins", "binning", "norm", "target", "lambda", "bootstrap")
+OPTION_KEYS = ("n_bins", "binning", "norm", "target", "lambda", "bootstrap", "multicalibration", "segment_values")
+#: Per segment column, the metrics of this many most frequent values (the rest pooled), by default.
+DEFAULT_SEGMENT_VALUES = 50
+MAX_SEGMENT_VALUES = 1000
 BOOTSTRAP_KEYS = ("n_resamples", "seed", "level")
 
 
@@ -214,6 +225,14 @@ def _check_options(data: Prepared, options: Any) -> Options:
     return Options(n_bins, binning, norm, target, ace_target, lam, bootstrap)
 
 
+def _check_segment_values(value: Any) -> int:
+    if value is None:
+        return DEFAULT_SEGMENT_VALUES
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SEGMENT_VALUES:
+        raise input_error("options.segment_values", f"must be an integer from 1 to {MAX_SEGMENT_VALUES}")
+    return value
+
+
 def _check_metrics(metrics: Any, options: Options) -> list[str]:
     if metrics is None:
         names = list(DEFAULT_METRICS)
@@ -237,35 +256,21 @@ def _number(value: float) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def evaluate(
-    probabilities, labels, sample_weight=None, metrics=None, options=None, max_bootstrap_rows: int | None = None
-) -> dict[str, Any]:
-    """Validate, compute the metrics (with bootstrap intervals if asked) and the reliability diagram.
-
-    ``max_bootstrap_rows`` bounds n * n_resamples (a service's work limit);
-    over it, ``options.bootstrap.n_resamples`` is rejected.
-    """
-    data = prepare(probabilities, labels, sample_weight)
-    opts = _check_options(data, options)
-    names = _check_metrics(metrics, opts)
-    if opts.bootstrap is not None and max_bootstrap_rows is not None and data.n * opts.bootstrap[0] > max_bootstrap_rows:
-        raise input_error(
-            "options.bootstrap.n_resamples",
-            f"n_resamples x rows must be at most {max_bootstrap_rows:,} here ({data.n:,} rows: at most "
-            f"{max(max_bootstrap_rows // data.n, 0):,} resamples)",
-        )
+def _metrics(data: Prepared, opts: Options, names: list[str]) -> dict[str, Any]:
+    """Each metric of ``names`` on ``data``, with bootstrap intervals if asked."""
     cache: dict = {}
     out: dict[str, Any] = {}
+    weighted = has_weight(data)
     for name in names:
         metric = METRICS[name]
-        result = metric.compute(data, opts, cache)
+        result = metric.compute(data, opts, cache) if weighted else math.nan
         value, extra = result if isinstance(result, tuple) else (result, None)
         entry: dict[str, Any] = {"value": _number(value), "ci": None, "params": metric.params(opts)}
         if name == "spiegelhalter_z":
-            entry["p_value"] = _number(extra)
+            entry["p_value"] = _number(extra) if weighted else None
         elif name == "smooth_ece":
             entry["params"]["sigma"] = extra
-        elif name == "brier":
+        elif name == "brier" and weighted:
             decomposition = brier_decomposition_prepared(data, opts.n_bins, opts.binning)
             decomposition.pop("brier")
             entry["decomposition"] = {**decomposition, "n_bins": opts.n_bins, "binning": opts.binning, "bins": BIN_CONVENTION}
@@ -282,5 +287,82 @@ def evaluate(
             out[name]["params"]["bootstrap"] = {
                 "n_resamples": n_resamples, "seed": seed, "level": level, "interval": "percentile",
             }
+    return out
+
+
+def _segment_metrics(data: Prepared, opts: Options, names: list[str], columns: dict[str, np.ndarray], max_values: int) -> dict:
+    """Per column, per value (its ``max_values`` most frequent; the rest pooled into ``__OTHER``): the metrics
+    of its rows, with their count (and weight)."""
+    out: dict[str, list] = {}
+    for column, values in columns.items():
+        codes, labels = top_values(values, max_values)
+        entries = []
+        for code, label in enumerate(labels):
+            rows = np.flatnonzero(codes == code)
+            subset = data.take(rows)
+            entry: dict[str, Any] = {"value": label, "count": int(rows.shape[0])}
+            if data.w is not None:
+                entry["weight"] = float(subset.w.sum())
+            entry["metrics"] = _metrics(subset, opts, names)
+            entries.append(entry)
+        out[column] = entries
+    return out
+
+
+def _multicalibration(data: Prepared, opts: Options, columns: dict[str, np.ndarray], options: dict) -> dict | None:
+    """ECCE per segment and the MCE on the target's binary problem (None for classwise: K problems)."""
+    problems = binary_problems(data, opts.target)
+    if len(problems) != 1:
+        return None
+    ((p, y),) = problems
+    result = multicalibration_error(p, y, data.w, columns, **options)
+    for entry in (result["global"], *result["segments"]):
+        entry["sigma"] = _number(entry["sigma"])  # infinite (a segment with no variance but an error) -> null
+    result["mce_sigma"] = _number(result["mce_sigma"])
+    result["mce"] = _number(result["mce"])
+    result["params"] = {**options, "target": opts.target, "pooled_value": OTHER}
+    return result
+
+
+def evaluate(
+    probabilities,
+    labels,
+    sample_weight=None,
+    metrics=None,
+    options=None,
+    max_bootstrap_rows: int | None = None,
+    segments=None,
+) -> dict[str, Any]:
+    """Validate, compute the metrics (with bootstrap intervals if asked) and the reliability diagram.
+
+    ``max_bootstrap_rows`` bounds n * n_resamples (a service's work limit),
+    counting every row once more per segment column; over it,
+    ``options.bootstrap.n_resamples`` is rejected.
+
+    ``segments`` (a column-wise object of category strings, one per row) adds
+    ``segments`` (the metrics per column and value, with counts) and
+    ``multicalibration`` (ECCE per segment and the MCE, see
+    ``app.metrics.multicalibration``).
+    """
+    data = prepare(probabilities, labels, sample_weight)
+    opts = _check_options(data, options)
+    names = _check_metrics(metrics, opts)
+    columns = check_segments(segments, data.n) if segments is not None else None
+    mc_options = check_mc_options((options or {}).get("multicalibration") if isinstance(options, dict) else None)
+    segment_values = _check_segment_values((options or {}).get("segment_values") if isinstance(options, dict) else None)
+    passes = 1 + (len(columns) if columns else 0)
+    if opts.bootstrap is not None and max_bootstrap_rows is not None and data.n * passes * opts.bootstrap[0] > max_bootstrap_rows:
+        rows = data.n * passes
+        raise input_error(
+            "options.bootstrap.n_resamples",
+            f"n_resamples x rows must be at most {max_bootstrap_rows:,} here ({rows:,} rows"
+            f"{' counting each segment column' if passes > 1 else ''}: at most "
+            f"{max(max_bootstrap_rows // rows, 0):,} resamples)",
+        )
+    out = _metrics(data, opts, names)
     reliability = reliability_prepared(data, opts.n_bins, opts.binning, opts.target, opts.level)
-    return {"metrics": out, "reliability": reliability}
+    result: dict[str, Any] = {"metrics": out, "reliability": reliability}
+    if columns is not None:
+        result["segments"] = _segment_metrics(data, opts, names, columns, segment_values)
+        result["multicalibration"] = _multicalibration(data, opts, columns, mc_options)
+    return result

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 import sys
 from typing import Any
 
@@ -169,16 +170,24 @@ def _collapse(codes: np.ndarray, names: np.ndarray, max_values: int) -> tuple[np
     return rank[codes], ordered
 
 
+#: Segment column names: they become JSON keys, pointers and metric labels.
+COLUMN_NAME = re.compile(r"[A-Za-z0-9_\-]{1,64}")
+#: At most this many segment columns in one request.
+MAX_COLUMNS = 16
+
+
 def check_segments(segments: Any, n: int, field: str = "segments") -> dict[str, np.ndarray]:
     """A column-wise object of categorical values, one string per row: {"country": ["br", ...], ...}."""
     if not isinstance(segments, dict):
         raise input_error(field, 'must be an object of columns, e.g. {"country": ["br", "us", ...]}')
     if not segments:
         raise input_error(field, "must name at least one column")
+    if len(segments) > MAX_COLUMNS:
+        raise input_error(field, f"at most {MAX_COLUMNS} columns")
     out = {}
     for name, values in segments.items():
-        if not isinstance(name, str) or not name:
-            raise input_error(field, "column names must be non-empty strings")
+        if not isinstance(name, str) or not COLUMN_NAME.fullmatch(name):
+            raise input_error(field, f"column names are 1 to 64 letters, digits, '_' or '-' (got {str(name)[:70]!r})")
         if not isinstance(values, (list, tuple, np.ndarray)):
             raise input_error(f"{field}.{name}", "must be a list of strings, one per row")
         if len(values) != n:
@@ -186,8 +195,23 @@ def check_segments(segments: Any, n: int, field: str = "segments") -> dict[str, 
         for i, value in enumerate(values):
             if not isinstance(value, str):
                 raise input_error(f"{field}.{name}", "must be a string", (i,))
-        out[name] = np.asarray(values, dtype=object) if len(values) else np.empty(0, dtype=object)
+        column = np.empty(n, dtype=object)
+        column[:] = values
+        out[name] = column
     return out
+
+
+def top_values(values: np.ndarray, max_values: int) -> tuple[np.ndarray, list[str]]:
+    """Codes of a column's values with its ``max_values`` most frequent kept (ties: the first met)
+    and the rest pooled into ``OTHER``; the kept values by frequency, OTHER last."""
+    names, first, codes, counts = np.unique(values, return_index=True, return_inverse=True, return_counts=True)
+    codes = codes.ravel()
+    ranked = np.lexsort((first, -counts))
+    kept = ranked[:max_values]
+    index_of = np.full(names.shape[0], kept.shape[0], dtype=np.int64)
+    index_of[kept] = np.arange(kept.shape[0])
+    labels = [str(names[i]) for i in kept] + ([OTHER] if names.shape[0] > max_values else [])
+    return index_of[codes], labels
 
 
 def check_options(options: Any, field: str = "options.multicalibration") -> dict[str, int | None]:

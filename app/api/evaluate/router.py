@@ -3,7 +3,8 @@
 Parsed by hand with orjson, like /calibrate: the arrays go to
 ``app.metrics.evaluate`` as parsed lists and are validated there as numpy
 arrays, so a bad element comes back as a 422 pointing at it
-(``/probabilities/3/1``, ``/labels/7``, ``/options/n_bins``, ``/metrics/2``).
+(``/probabilities/3/1``, ``/labels/7``, ``/options/n_bins``, ``/metrics/2``,
+``/segments/country/5``).
 The computation runs in the thread pool.
 """
 
@@ -54,6 +55,7 @@ async def evaluate(request: Request) -> Response:
             data.get("metrics"),
             data.get("options"),
             max_bootstrap_rows=MAX_BOOTSTRAP_ROWS,
+            segments=data.get("segments"),
         )
     except CalibrationInputError as error:
         raise input_error(error, ()) from None

@@ -31,6 +31,17 @@ Labels = Annotated[
     WithJsonSchema({"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}, "description": "0/1, or 0..K-1"}),
 ]
 Weights = Annotated[list[Any], WithJsonSchema({"type": "array", "items": {"type": "number", "minimum": 0}})]
+Segments = Annotated[
+    dict[str, list[Any]],
+    WithJsonSchema(
+        {
+            "type": "object",
+            "maxProperties": 16,
+            "propertyNames": {"pattern": "^[A-Za-z0-9_-]{1,64}$"},
+            "additionalProperties": {"type": "array", "items": {"type": "string"}},
+        }
+    ),
+]
 MetricName = Literal[tuple(METRICS)]  # type: ignore[valid-type]
 
 
@@ -40,6 +51,15 @@ class BootstrapOptions(BaseModel):
     n_resamples: int = Field(default=1000, ge=1, description="resamples; n_resamples x rows is limited")
     seed: int = Field(default=0, ge=0, description="seed of numpy's default_rng (PCG64): same seed, same intervals")
     level: float = Field(default=0.95, gt=0, lt=1, description="level of the percentile intervals (and of the Wilson intervals)")
+
+
+class MulticalibrationOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_depth: int = Field(default=3, ge=0, description="segments combine up to this many columns (0: the whole set only)")
+    max_values: int = Field(default=3, ge=1, description="per column: its max_values - 1 most frequent values, the rest pooled into __OTHER")
+    min_samples: int = Field(default=10, ge=1, description="segments with fewer rows are left out")
+    max_segments: int = Field(default=1000, ge=1, description="at most this many segments (rounded up to MCGrad's chunks of 50)")
 
 
 class EvaluateOptions(BaseModel):
@@ -55,6 +75,10 @@ class EvaluateOptions(BaseModel):
     )
     lambda_: int | None = Field(default=10, alias="lambda", ge=1, description="lp_error_*: coordinates rounded down to multiples of 1/lambda")
     bootstrap: BootstrapOptions | None = Field(default=None, description="null: no confidence intervals")
+    segment_values: int | None = Field(
+        default=50, ge=1, le=1000, description="with segments: metrics for this many most frequent values per column, the rest pooled into __OTHER"
+    )
+    multicalibration: MulticalibrationOptions | None = Field(default=None, description="with segments: null means MCGrad's defaults")
 
 
 class EvaluateRequest(BaseModel):
@@ -65,6 +89,9 @@ class EvaluateRequest(BaseModel):
     sample_weight: Weights | None = None
     metrics: list[MetricName] | None = Field(default=None, description="null: every metric that applies")
     options: EvaluateOptions | None = None
+    segments: Segments | None = Field(
+        default=None, description='categorical columns, one string per row: {"country": ["br", "us", ...], "device": [...]}'
+    )
 
 
 class MetricOut(BaseModel):
@@ -102,6 +129,35 @@ class ReliabilityOut(BaseModel):
     classes: list[ClassBins] | None = Field(default=None, description="classwise target: one diagram per class")
 
 
+class SegmentOut(BaseModel):
+    value: str = Field(description="the category, or __OTHER for the values pooled past options.segment_values")
+    count: int
+    weight: float | None = Field(default=None, description="with sample_weight: the segment's total weight")
+    metrics: dict[str, MetricOut]
+
+
+class EcceOut(BaseModel):
+    values: dict[str, str] | None = Field(default=None, description="the segment: a value per column ({} for all rows)")
+    count: int
+    ecce: float = Field(description="Tygert's estimated cumulative calibration error (range of the cumulative differences)")
+    sigma: float | None = Field(description="ECCE over its standard deviation under calibration; null where infinite")
+    p_value: float
+
+
+class MulticalibrationOut(BaseModel):
+    global_: EcceOut = Field(alias="global")
+    mce: float | None = Field(description="mce_sigma x the global ECCE's standard deviation (probability scale)")
+    mce_sigma: float | None = Field(description="the largest segment sigma")
+    mce_p_value: float = Field(description="the smallest segment p-value (not adjusted for multiplicity)")
+    n_segments: int
+    segments: list[EcceOut] = Field(description="MCGrad's order: all rows, then each column's values, pairs, ...")
+    params: dict[str, Any]
+
+
 class EvaluateResponse(BaseModel):
     metrics: dict[str, MetricOut]
     reliability: ReliabilityOut
+    segments: dict[str, list[SegmentOut]] | None = Field(default=None, description="with segments: per column, per value")
+    multicalibration: MulticalibrationOut | None = Field(
+        default=None, description="with segments (binary and top_label targets): ECCE per segment and the MCE, as MCGrad 0.1.5 defines them"
+    )
