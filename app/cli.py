@@ -685,6 +685,26 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Says each option's default in its help, unless the help already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        unset = action.default is None or action.default is argparse.SUPPRESS or isinstance(action.default, bool)
+        if "default" in text or unset or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def with_defaults_shown(parser: argparse.ArgumentParser) -> None:
+    """Use HelpFormatter for the parser and every subcommand's parser."""
+    parser.formatter_class = HelpFormatter
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                with_defaults_shown(child)
+
+
 def add_client_commands(commands) -> None:
     """The commands that use a running calibd (CALIBD_URL, CALIBD_API_KEY) through app.client."""
     connection = argparse.ArgumentParser(add_help=False)
@@ -696,14 +716,15 @@ def add_client_commands(commands) -> None:
         parser.set_defaults(handler=_client_command(handler))
         return parser
 
-    fit = command("fit", _fit, "fit a calibrator from a holdout CSV (or .npz) and store it as a new version",
+    fit = command("fit", _fit, "fit a calibrator from a holdout CSV (or Parquet, or .npz) and store it as a new version",
                   "Upload a labelled holdout and fit a calibrator on it. The CSV has a header row: label, then score "
-                  "(binary) or score_0..score_{K-1}, and optionally weight.")
-    fit.add_argument("file", help="holdout CSV or .npz")
+                  "(binary) or score_0..score_{K-1}, and optionally weight; a Parquet file has the same columns.")
+    fit.add_argument("file", help="holdout CSV, Parquet (.parquet) or .npz")
     fit.add_argument("--name", required=True, help="the calibrator's name")
-    fit.add_argument("--method", default="auto", help="platt, isotonic, beta, ... or auto (default)")
-    fit.add_argument("--input", default="probability", choices=["probability", "logit"])
-    fit.add_argument("--options", help="the method's options as a JSON object")
+    fit.add_argument("--method", default="auto", help="platt, isotonic, beta, ... or auto (default: auto)")
+    fit.add_argument("--input", default="probability", choices=["probability", "logit"],
+                     help="what the scores are: probabilities in [0, 1] or logits")
+    fit.add_argument("--options", help="the method's options as a JSON object (default: none)")
     fit.add_argument("--no-promote", action="store_true", help="store the version without making it current")
     fit.add_argument("--job", choices=["auto", "always", "never"], default="auto",
                      help=f"fit as a job and follow its progress (auto: for files of {JOB_THRESHOLD_BYTES >> 20} MiB or more)")
@@ -724,14 +745,16 @@ def add_client_commands(commands) -> None:
     evaluate.add_argument("file", help="CSV of predictions ('-' reads stdin)")
     evaluate.add_argument("--plot", help="write the reliability diagram here (PNG, or SVG by extension)")
     evaluate.add_argument("--bins", type=int, default=15, help="bins of the ECE and the diagram (default 15)")
-    evaluate.add_argument("--binning", choices=["uniform", "quantile"], default="uniform")
-    evaluate.add_argument("--bootstrap", type=int, metavar="N", help="add N-resample bootstrap intervals")
+    evaluate.add_argument("--binning", choices=["uniform", "quantile"], default="uniform",
+                          help="bins of equal width or of equal count")
+    evaluate.add_argument("--bootstrap", type=int, metavar="N", help="add N-resample bootstrap intervals (default: none)")
     evaluate.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
     evaluate.add_argument("--level", type=float, default=0.95, help="level of the intervals (default 0.95)")
 
     report = command("report", _report, "a calibrator's report: text summary, JSON, PNG/SVG diagram or HTML page")
     report.add_argument("name", help="the calibrator's name")
-    report.add_argument("--format", choices=["text", "json", "png", "svg", "html"], default="text")
+    report.add_argument("--format", choices=["text", "json", "png", "svg", "html"], default="text",
+                        help="what to write")
     report.add_argument("--version", type=int, help="a version (default: the current one)")
     report.add_argument("--hours", type=int, help="feedback history to include (default 48)")
     report.add_argument("--output", "-o", help="write the report here instead of stdout")
@@ -750,15 +773,18 @@ def add_client_commands(commands) -> None:
 
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="calibd", description="The calibd calibration service.")
     parser.add_argument("--version", action="version", version=f"calibd {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    serve = commands.add_parser("serve", help="serve the HTTP API")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--workers", type=int, default=1)
+    serve = commands.add_parser("serve", help="serve the HTTP API",
+                                description="Serve the HTTP API. Settings come from CALIBD_* environment variables "
+                                "(README: Configuration); CALIBD_DATABASE_URL defaults to ./calibd.db (SQLite).")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to listen on (another than loopback needs an API key: calibd keys create)")
+    serve.add_argument("--port", type=int, default=8000, help="port to listen on")
+    serve.add_argument("--workers", type=int, default=1, help="serving processes (each with its own fit workers)")
     serve.set_defaults(handler=_serve)
 
     migrate = commands.add_parser("migrate", help="apply pending database migrations")
@@ -766,18 +792,23 @@ def main(argv: list[str] | None = None) -> int:
 
     keys = commands.add_parser("keys", help="manage API keys").add_subparsers(dest="keys_command", required=True)
     create = keys.add_parser("create", help="create a key and print it (once)")
-    create.add_argument("--scope", action="append", required=True, choices=["admin", "calibrate", "feedback", "read"])
+    create.add_argument("--scope", action="append", required=True, choices=["admin", "calibrate", "feedback", "read"],
+                        help="what the key may do; repeat for several scopes")
     create.add_argument("--expires", type=_parse_duration, help="lifetime such as 30d, 12h or 90m (default: never)")
-    create.add_argument("--description", default="")
+    create.add_argument("--description", default="", help="a note to tell keys apart (default: empty)")
     create.set_defaults(handler=_keys_create)
     keys.add_parser("list", help="list keys (never the keys themselves)").set_defaults(handler=_keys_list)
     revoke = keys.add_parser("revoke", help="revoke a key by its id")
-    revoke.add_argument("key_id")
+    revoke.add_argument("key_id", help="the key's id, as calibd keys list shows it")
     revoke.set_defaults(handler=_keys_revoke)
 
     add_client_commands(commands)
+    with_defaults_shown(parser)
+    return parser
 
-    args = parser.parse_args(argv)
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     return args.handler(args)
 
 

@@ -444,6 +444,10 @@ def _name(name: str) -> str:
     return quote(str(name), safe="")
 
 
+#: Content types of uploaded holdout files, by suffix (the service also knows them by their first bytes).
+_UPLOAD_TYPES = {".npz": "application/octet-stream", ".parquet": "application/vnd.apache.parquet"}
+
+
 class _Reader:
     """A file whose reads are reported (upload progress); httpx still sees its size and can rewind it."""
 
@@ -581,7 +585,8 @@ class _API:
         progress: Progress | None = None,
     ) -> Operation:
         """Fit from a holdout file, uploaded as it is: a CSV with a header row (``label``, then
-        ``score`` or ``score_0``...``score_{K-1}``, optionally ``weight``) or an ``.npz`` archive.
+        ``score`` or ``score_0``...``score_{K-1}``, optionally ``weight``), a Parquet file
+        (``.parquet``) with the same columns, or an ``.npz`` archive.
 
         ``progress`` hears of the upload and the fit (see ``Progress``).
         """
@@ -598,7 +603,7 @@ class _API:
                     progress("fit", None, None)
 
         def files() -> dict[str, Any]:
-            kind = "application/octet-stream" if path.suffix == ".npz" else "text/csv"
+            kind = _UPLOAD_TYPES.get(path.suffix.lower(), "text/csv")
             return {"file": (path.name, _Reader(path.open("rb"), total, report), kind)}
 
         call = _Call("POST", "/calibrators", files=files, data=fields, idempotent=False, long=True)

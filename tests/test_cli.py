@@ -325,3 +325,45 @@ def test_progress_is_a_bar_redrawn_on_a_terminal():
     progress("running", 0.4, 12.0)
     progress.finish(ok=True)
     assert "fit job running [##########..............]  40%, about 12 s left" in jobs.getvalue()
+
+
+def test_fit_from_parquet_fits_what_the_csv_fits(cli, tmp_path, server, name):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    scores, labels = write_holdout(tmp_path / "holdout.csv")
+    pq.write_table(pa.table({"label": labels, "score": scores}), tmp_path / "holdout.parquet")
+    for file in ("holdout.csv", "holdout.parquet"):
+        result = cli("fit", file, "--name", name, "--method", "isotonic")
+        assert result.returncode == 0, result.stderr
+    with Client(server.url) as client:
+        from_csv, from_parquet = (client.version(name, v) for v in (1, 2))
+    assert from_parquet["holdout_sha256"] == from_csv["holdout_sha256"]
+    assert from_parquet["parameters"] == from_csv["parameters"]
+
+
+def _parsers(parser):
+    import argparse
+
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                yield from _parsers(child)
+
+
+def test_every_option_has_a_help_text_that_says_its_default():
+    from app.cli import build_parser
+
+    for parser in _parsers(build_parser()):
+        formatter = parser._get_formatter()
+        for action in parser._actions:
+            if action.help == "==SUPPRESS==" or type(action).__name__ in ("_HelpAction", "_VersionAction", "_SubParsersAction"):
+                continue
+            assert action.help, f"{parser.prog} {action.dest}: no help text"
+            if action.option_strings and action.default is not None and not isinstance(action.default, bool):
+                assert "default" in formatter._expand_help(action), f"{parser.prog} {action.option_strings}: no default"
+    serve = subprocess.run([sys.executable, "-m", "app.cli", "serve", "--help"], capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+    assert "port to listen on (default: 8000)" in serve.stdout
+    assert "(default: 127.0.0.1)" in serve.stdout
