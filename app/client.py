@@ -610,8 +610,8 @@ class _API:
         return (yield from self._fitting(call, job, progress))
 
     def _fitting(self, call: _Call, job: bool, progress: Progress | None) -> Operation:
-        if job:
-            call.params = {"async": "true"}
+        # The whole summary (every metric and reliability bin), not the brief answer.
+        call.params = {"detail": "full"} | ({"async": "true"} if job else {})
         if progress is not None and call.files is None:
             progress("fit", None, None)
         reply = yield call

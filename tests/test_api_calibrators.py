@@ -264,3 +264,24 @@ def test_spool_json_body_spools_large_bodies_and_keeps_small_ones_in_memory():
     # No length given, or more than the spool has room for: read into memory.
     assert asyncio.run(spool_json_body(chunks(large), None, None)).body == large
     assert asyncio.run(spool_json_body(chunks(large), 1 << 60, None)).body == large
+
+
+def test_a_fit_answers_briefly_and_gives_the_whole_summary_when_asked(client, name):
+    rows = holdout(n=14, seed=1)
+    created = client.post("/calibrators", json={"name": name, "method": "platt", "holdout": rows})
+    assert created.status_code == 201, created.text
+    brief = created.json()
+    assert set(brief["summary"]) == {"before", "after", "fit"}
+    assert set(brief["summary"]["after"]) == {"ece", "brier", "log_loss"}
+    assert set(brief["summary"]["fit"]) == {"a", "b"}
+    assert brief["version"] == 1 and brief["method"] == "platt" and brief["n_samples"] == 14
+    assert len(created.content) < 2048, len(created.content)
+
+    stored = client.get(created.headers["Location"]).json()
+    assert {key: stored["summary"][key] for key in ("before", "after", "fit")} == brief["summary"]
+    assert {"holdout", "cross_fit"} <= set(stored["summary"])
+    full = client.post("/calibrators", params={"detail": "full"}, json={"name": name, "method": "platt", "holdout": rows})
+    assert full.status_code == 201, full.text
+    assert full.json()["summary"] == stored["summary"]  # the same rows give the same summary
+    assert client.post("/calibrators", params={"detail": "all"}, json={"name": name, "method": "platt",
+                                                                     "holdout": rows}).status_code == 422

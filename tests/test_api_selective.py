@@ -34,7 +34,7 @@ def fitted_once(server):
     """One fit per database, shared by the tests that only read it."""
     name = f"test-selective-{uuid.uuid4().hex[:12]}"
     with httpx.Client(base_url=server.url, timeout=120) as http:
-        created = http.post("/calibrators", json=fit_body(name))
+        created = http.post("/calibrators", json=fit_body(name), params={"detail": "full"})
     assert created.status_code == 201, created.text
     return name, created.json()
 

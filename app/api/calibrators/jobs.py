@@ -51,16 +51,16 @@ def job_out(info: JobInfo) -> dict[str, Any]:
     }
 
 
-async def submit(app: Services, job: FitJob) -> JobInfo:
-    """Record a queued job and start running it in the background."""
+async def submit(app: Services, job: FitJob, brief: bool = True) -> JobInfo:
+    """Record a queued job and start running it in the background (``brief``: its result's summary)."""
     job_id = uuid.uuid4().hex
     name = (job.fields or {}).get("name")
     info = await run_in_threadpool(job_store.create_job, app.sessions, job_id, name, app.owner)
-    app.running_jobs[job_id] = asyncio.create_task(_run(app, FitJob(**{**job.__dict__, "job_id": job_id})))
+    app.running_jobs[job_id] = asyncio.create_task(_run(app, FitJob(**{**job.__dict__, "job_id": job_id}), brief))
     return info
 
 
-async def _run(app: Services, job: FitJob) -> None:
+async def _run(app: Services, job: FitJob, brief: bool = True) -> None:
     from .router import fit_and_store, version_out  # the router imports this module
 
     job_id = job.job_id
@@ -68,7 +68,7 @@ async def _run(app: Services, job: FitJob) -> None:
     try:
         info = await fit_and_store(app, job)
         values = {"state": "succeeded", "progress": 1.0, "stage": "stored", "calibrator": info.name,
-                  "result": version_out(info)}
+                  "result": version_out(info, brief=brief)}
     except Problem as problem:
         values = {"state": "failed", "stage": "failed", "problem": _problem(problem.status, problem.detail, problem.errors)}
     except Exception:  # the job must end in a final state whatever happened

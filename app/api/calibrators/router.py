@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request
 from starlette.concurrency import run_in_threadpool
@@ -39,7 +39,14 @@ NamePath = Annotated[str, Path(pattern=NAME_PATTERN)]
 VersionPath = Annotated[int, Path(ge=1, le=MAX_VERSION)]
 
 
-def version_out(info: VersionInfo, with_parameters: bool = False) -> dict[str, Any]:
+#: What a fit's answer keeps of the summary by default (the rest: GET .../versions/{v}, or ?detail=full).
+BRIEF_SUMMARY = ("before", "after", "fit")
+
+
+def version_out(info: VersionInfo, with_parameters: bool = False, brief: bool = False) -> dict[str, Any]:
+    summary = info.summary
+    if brief:
+        summary = {key: summary[key] for key in BRIEF_SUMMARY if key in summary}
     out = {
         "name": info.name,
         "version": info.version,
@@ -52,7 +59,7 @@ def version_out(info: VersionInfo, with_parameters: bool = False) -> dict[str, A
         "holdout_sha256": info.holdout_sha256,
         "created_at": info.created_at,
         "fit_seconds": info.fit_seconds,
-        "summary": info.summary,
+        "summary": summary,
     }
     if with_parameters:
         out["parameters"] = info.parameters
@@ -82,6 +89,10 @@ _LIST_FIELDS = {"version", "current", "method", "input", "n_classes", "n_samples
     status_code=201,
     dependencies=[REQUIRE_ADMIN],
     summary="Fit a calibrator and store it as the next version of its name",
+    description=(
+        "Answers with the stored version and a brief summary (before and after headline metrics, the fit's "
+        "parameters); ask ?detail=full, or GET the version, for every metric and reliability bin."
+    ),
     openapi_extra=table_body(request_body(("application/json", FitRequest), ("multipart/form-data", FitUpload))),
     responses={201: {"model": VersionOut}, 202: {"model": JobOut}, 413: {}, 415: {}, 422: {}},
 )
@@ -95,6 +106,10 @@ async def create_calibrator(
     input: Annotated[str | None, Query(description="with an Arrow IPC stream body: probability or logit", max_length=20)] = None,
     options: Annotated[str | None, Query(description="with an Arrow IPC stream body: the options as JSON", max_length=10000)] = None,
     promote: Annotated[str | None, Query(description="with an Arrow IPC stream body: true or false", max_length=10)] = None,
+    detail: Annotated[
+        Literal["brief", "full"],
+        Query(description="brief: the summary's before, after and fit only; full: every metric and reliability bin"),
+    ] = "brief",
 ) -> Response:
     kind = media_type(request.headers)
     app = services(request)
@@ -114,14 +129,14 @@ async def create_calibrator(
         raise Problem(415, f"send application/json, multipart/form-data or {ARROW_STREAM}, not {kind}")
     if run_async:
         try:
-            info = await fit_jobs.submit(app, job)
+            info = await fit_jobs.submit(app, job, brief=detail == "brief")
         except BaseException:  # no job to read the spooled body
             job.discard_spool()
             raise
         return json_response(fit_jobs.job_out(info), 202, headers={"Location": f"/jobs/{info.id}"})
     info = await fit_and_store(app, job)
     location = f"/calibrators/{info.name}/versions/{info.version}"
-    return json_response(version_out(info), 201, headers={"Location": location})
+    return json_response(version_out(info, brief=detail == "brief"), 201, headers={"Location": location})
 
 
 async def fit_and_store(app: Services, job: FitJob) -> VersionInfo:
