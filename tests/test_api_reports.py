@@ -61,3 +61,25 @@ def test_report_of_unknown_things(client, reported):
     assert client.get("/calibrators/no-such/report").status_code == 404
     assert client.get(f"/calibrators/{name}/report", params={"version": 9}).status_code == 404
     assert client.get(f"/calibrators/{name}/report", params={"format": "pdf"}).status_code == 422
+
+
+def test_the_page_shows_autos_candidates_with_their_cross_validated_scores(client, name):
+    import html
+    import re
+
+    rng = np.random.default_rng(5)
+    scores = rng.uniform(0.01, 0.99, 1500)
+    labels = (rng.uniform(size=1500) < scores**2).astype(int)
+    body = {"name": name, "method": "auto", "options": {"candidates": ["platt", "isotonic", "temperature"]},
+            "holdout": {"scores": scores.tolist(), "labels": labels.tolist()}}
+    assert client.post("/calibrators", json=body).status_code == 201
+    fit = client.get(f"/calibrators/{name}/versions/1").json()["summary"]["fit"]
+    page = client.get(f"/calibrators/{name}/report", params={"format": "html"}).text
+    table = page[page.index('id="auto-candidates"'):]
+    table = table[: table.index("</table>")]
+    rows = re.findall(r"<tr( class=\"current\")?><td>([^<]+)</td><td>([^<]+)</td><td>([^<]*)</td></tr>", table)
+    shown = {html.unescape(method): float(score) for _, method, score, _ in rows}
+    assert shown == pytest.approx(fit["cv_log_loss"], abs=1e-5)
+    assert list(shown) == sorted(shown, key=shown.get)  # best first
+    marked = [method for current, method, _, note in rows if current and note == "chosen"]
+    assert marked == [fit["chosen"]] == [min(fit["cv_log_loss"], key=fit["cv_log_loss"].get)]

@@ -145,6 +145,29 @@ def _policy(policy: dict[str, Any] | None) -> str:
     )
 
 
+def _candidates_table(fit: dict[str, Any]) -> str:
+    """auto's candidates, best first, with their cross-validated log-loss; the chosen one marked."""
+    scores = fit.get("cv_log_loss")
+    if not isinstance(scores, dict) or not scores:
+        return ""
+    chosen = fit.get("chosen")
+    marked = ' class="current"'
+    rows = "".join(
+        f"<tr{marked if method == chosen else ''}><td>{_e(method)}</td><td>{_number(score, 5)}</td>"
+        f"<td>{'chosen' if method == chosen else ''}</td></tr>"
+        for method, score in sorted(scores.items(), key=lambda item: (item[1] is None, item[1]))
+    )
+    rows += "".join(
+        f"<tr><td>{_e(method)}</td><td>–</td><td>skipped: {_e(reason)}</td></tr>"
+        for method, reason in (fit.get("skipped") or {}).items()
+    )
+    return (
+        f"<h3>auto's candidates</h3><p>{_e(fit.get('reason', ''))}</p>"
+        '<table id="auto-candidates"><thead><tr><th>candidate</th><th>cross-validated log-loss</th><th></th></tr></thead>'
+        f"<tbody>{rows}</tbody></table>"
+    )
+
+
 def render_page(report: dict[str, Any]) -> str:
     """The HTML report of one version, from the report's JSON form."""
     name, version = report["calibrator"], report["version"]
@@ -161,6 +184,12 @@ def render_page(report: dict[str, Any]) -> str:
     history_part = _history_svg(history) if history else "<p>No labelled feedback yet.</p>"
     fit = report.get("fit") or {}
     fit_rows = "".join(f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in fit.items() if not isinstance(v, (dict, list)))
+    chosen_fit = fit.get("chosen_fit")
+    if isinstance(chosen_fit, dict):  # auto: the chosen method's own fit
+        fit_rows += "".join(
+            f"<tr><td>{_e(fit.get('chosen'))}: {_e(k)}</td><td>{_e(v)}</td></tr>"
+            for k, v in chosen_fit.items() if not isinstance(v, (dict, list))
+        )
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>calibd report: {_e(name)} v{version}</title>
 <meta name="viewport" content="width=device-width, initial-scale=1"><style>{STYLE}</style></head>
@@ -174,7 +203,8 @@ current version {_e(report['current_version'])}</p>
 <h2>Holdout: reliability and metrics</h2>
 <div class="grid"><figure id="reliability-diagram">{diagram}</figure>
 <div>{_metrics_table(holdout)}
-<h3>Fit</h3><table id="fit"><tbody>{fit_rows}</tbody></table></div></div>
+<h3>Fit</h3><table id="fit"><tbody>{fit_rows}</tbody></table>
+{_candidates_table(fit)}</div></div>
 <h2>Feedback</h2>
 {_windows_table(report['feedback']['windows'])}
 <div id="feedback-history">{history_part}</div>
