@@ -275,6 +275,10 @@ class FeedbackReceipt:
     idempotency_key: str
     #: True when the service had already recorded this request (a retry), and answered from its record.
     replayed: bool = False
+    #: Labels stored to wait for a prediction not logged yet (their ids are ``unknown_ids``); joined when it is.
+    pending: int = 0
+    #: Ids labelled before (the first label wins) or repeated in the call: not recorded again.
+    duplicate_ids: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -694,7 +698,10 @@ class _API:
         reply = yield _Call("POST", "/feedback", json=body, headers={"Idempotency-Key": key})
         data = reply.body
         replayed = reply.headers.get("Idempotent-Replayed", "").lower() == "true"
-        return FeedbackReceipt(data["count"], data["unknown_ids"], data["expired_ids"], key, replayed)
+        return FeedbackReceipt(
+            data["count"], data["unknown_ids"], data["expired_ids"], key, replayed,
+            pending=data.get("pending", 0), duplicate_ids=data.get("duplicate_ids", []),
+        )
 
     @_operation
     def evaluate(

@@ -39,6 +39,11 @@ class Settings(BaseSettings):
     prediction_ttl: timedelta = timedelta(days=7)
     #: How long labelled feedback and the monitor sums are kept.
     feedback_retention: timedelta = timedelta(days=30)
+    #: How long a label for an id not in the prediction log yet waits for its prediction (seconds);
+    #: after that it is counted as unmatched and listed by GET /calibrators/{name}/unmatched-labels.
+    pending_label_grace_seconds: float = Field(default=600, gt=0)
+    #: How often each process joins pending labels whose prediction was written (by any process).
+    pending_label_sweep_seconds: float = Field(default=1.0, gt=0)
     #: Logged predictions waiting to be written; beyond this they are dropped and counted.
     prediction_log_queue: int = Field(default=200_000, gt=0)
     #: A key registered with the admin scope at start (the compose stack's first key).

@@ -6,6 +6,7 @@ import asyncio
 import inspect
 import logging
 from contextlib import asynccontextmanager
+from datetime import timedelta
 
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
@@ -16,12 +17,14 @@ from .api import (
 )
 from .api.bodies import BodySizeLimit
 from .api.calibrators.fit_pool import FitPool
+from .api.feedback.router import count_joins
 from .api.logs import RequestContext, configure_logging, flush_logs
 from .api.observability import PREDICTION_LOG_DROPPED, RequestMetrics, make_registry
 from .api.state import Services
 from .config import Settings, get_settings
 from .storage import feedback as feedback_store
 from .storage.cache import CalibratorStore
+from .storage.feedback import DriftSettings, PendingJoin
 from .storage.db import make_engine, make_sessionmaker
 from .storage.jobs import sweep_interrupted
 from .storage.keys import KeyRing
@@ -55,8 +58,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         engine = make_engine(settings.database_url)
         sessions = make_sessionmaker(engine)
         store = CalibratorStore(sessions, settings.calibrator_cache_bytes)
+        pending_join = PendingJoin(
+            DriftSettings(settings.monitor_alpha, settings.monitor_tolerance),
+            settings.prediction_ttl,
+            timedelta(seconds=settings.pending_label_grace_seconds),
+        )
         prediction_log = PredictionLog(
-            sessions, settings.prediction_log_queue, lambda name, n: PREDICTION_LOG_DROPPED.labels(name).inc(n)
+            sessions, settings.prediction_log_queue, lambda name, n: PREDICTION_LOG_DROPPED.labels(name).inc(n),
+            join=pending_join, on_join=count_joins,
         )
         keyring = KeyRing(sessions, settings.bootstrap_admin_key)
         try:
@@ -84,6 +93,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             if entries:
                 await run_in_threadpool(prediction_log.write, entries)
 
+        def sweep_pending_labels() -> None:
+            # Every process sweeps: a label may reach a replica other than the one whose log holds its prediction.
+            count_joins(feedback_store.sweep_pending(sessions, pending_join))
+
         async def recalibrate() -> None:
             await recalibration.run_loop_once(app.state.services)
 
@@ -101,6 +114,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 (settings.version_poll_seconds, poll_registry_and_keys, "registry and key poll"),
                 (0.2, flush_prediction_log, "prediction log write"),
                 (600, purge, "retention purge"),
+                (settings.pending_label_sweep_seconds, sweep_pending_labels, "pending label sweep"),
                 (10, lambda: sweep_interrupted(sessions), "fit job sweep"),
                 (settings.recalibration_interval_seconds, recalibrate, "recalibration pass"),
             )

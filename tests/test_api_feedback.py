@@ -25,6 +25,21 @@ def fit(client, name, seed=0, **extra):
     return response.json()
 
 
+def receipt(count=0, pending=0, unknown_ids=(), expired_ids=(), duplicate_ids=()):
+    return {"count": count, "pending": pending, "unknown_ids": list(unknown_ids), "expired_ids": list(expired_ids),
+            "duplicate_ids": list(duplicate_ids)}
+
+
+def wait_for_samples(client, name, n, timeout=10.0):
+    """The monitor once it counts ``n`` labelled predictions (labels that came early are joined behind the answer)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        monitor = client.get(f"/calibrators/{name}/monitor").json()
+        if monitor["windows"]["last_10000"]["samples"] == n or time.monotonic() > deadline:
+            return monitor
+        time.sleep(0.05)
+
+
 def pairs(n, seed, shift=0.0):
     rng = np.random.default_rng(seed)
     p = rng.uniform(0.01, 0.99, n)
@@ -40,7 +55,7 @@ def test_self_contained_feedback_fills_every_window_with_the_metrics_of_its_pair
     for p, y in ((p1, y1), (p2, y2)):
         response = client.post("/feedback", json={"calibrator": name, "probabilities": p.tolist(), "labels": y.tolist()})
         assert response.status_code == 202, response.text
-        assert response.json() == {"count": p.shape[0], "unknown_ids": [], "expired_ids": []}
+        assert response.json() == receipt(count=p.shape[0])
     p, y = np.r_[p1, p2], np.r_[y1, y2]
     monitor = client.get(f"/calibrators/{name}/monitor").json()
     assert monitor["version"] == 1
@@ -61,19 +76,88 @@ def test_feedback_by_logged_id_joins_labels_and_reports_unknown_ids(client, name
     scores = np.linspace(0.02, 0.98, 50)
     served = client.post("/calibrate", json={"calibrator": name, "scores": scores.tolist(), "ids": ids}).json()
     labels = (np.arange(50) % 3 == 0).astype(int)
+    time.sleep(1.0)  # the prediction log is written behind the hot path (every 0.2 s)
     body = {"calibrator": name, "ids": ids[:40] + ["never-logged"], "labels": labels[:40].tolist() + [1]}
-    deadline = time.monotonic() + 10
-    while True:  # the prediction log is written behind the hot path
-        receipt = client.post("/feedback", json=body).json()
-        if receipt["count"] == 40 or time.monotonic() > deadline:
-            break
-        assert receipt["count"] == 0
-        time.sleep(0.1)
-    assert receipt == {"count": 40, "unknown_ids": ["never-logged"], "expired_ids": []}
+    assert client.post("/feedback", json=body).json() == receipt(count=40, pending=1, unknown_ids=["never-logged"])
     window = client.get(f"/calibrators/{name}/monitor").json()["windows"]["last_10000"]
     probabilities = np.array(served["probabilities"][:40])
     assert window["samples"] == 40
     assert window["ece"] == pytest.approx(ece(probabilities, labels[:40]), rel=1e-12)
+
+
+def test_labels_sent_as_soon_as_calibrate_answers_are_all_joined(client, name):
+    fit(client, name)
+    rng = np.random.default_rng(11)
+    ids = [f"fast-{i}" for i in range(540)]
+    scores = rng.uniform(0.01, 0.99, 540)
+    labels = (rng.uniform(size=540) < scores).astype(int)
+    served = client.post("/calibrate", json={"calibrator": name, "scores": scores.tolist(), "ids": ids}).json()
+    answer = client.post("/feedback", json={"calibrator": name, "ids": ids, "labels": labels.tolist()}).json()
+    # Whatever the log had written by then is joined now; the rest waits, and nothing is dropped.
+    assert answer["count"] + answer["pending"] == 540 and answer["pending"] == len(answer["unknown_ids"])
+    assert answer["duplicate_ids"] == [] and answer["expired_ids"] == []
+    monitor = wait_for_samples(client, name, 540)
+    window = monitor["windows"]["last_10000"]
+    assert window["samples"] == 540 and monitor["drift"]["samples"] == 540
+    p = np.array(served["probabilities"])
+    assert window["ece"] == pytest.approx(ece(p, labels), rel=1e-12)
+    assert window["brier"] == pytest.approx(brier(p, labels), rel=1e-12)
+    assert monitor["windows"]["1h"]["samples"] == 540
+
+
+def test_a_label_that_comes_before_the_prediction_is_served_waits_for_it(client, name):
+    fit(client, name)
+    ids = [f"early-{i}" for i in range(30)]
+    labels = (np.arange(30) % 2).tolist()
+    first = client.post("/feedback", json={"calibrator": name, "ids": ids, "labels": labels}).json()
+    assert first == receipt(pending=30, unknown_ids=ids)
+    # A second label for a waiting id loses to the first one.
+    again = client.post("/feedback", json={"calibrator": name, "ids": ids[:5], "labels": [1 - y for y in labels[:5]]})
+    assert again.json() == receipt(duplicate_ids=ids[:5])
+    scores = np.linspace(0.05, 0.95, 30)
+    served = client.post("/calibrate", json={"calibrator": name, "scores": scores.tolist(), "ids": ids}).json()
+    window = wait_for_samples(client, name, 30)["windows"]["last_10000"]
+    assert window["samples"] == 30
+    assert window["positive_rate"] == pytest.approx(np.mean(labels), rel=1e-12)
+    assert window["ece"] == pytest.approx(ece(np.array(served["probabilities"]), np.array(labels)), rel=1e-12)
+    # Once joined, a label for an id that already has one is a duplicate, not a pending label.
+    late = client.post("/feedback", json={"calibrator": name, "ids": ids[:3], "labels": [1, 1, 1]}).json()
+    assert late == receipt(duplicate_ids=ids[:3])
+    listed = client.get(f"/calibrators/{name}/unmatched-labels").json()
+    assert listed["pending"] == 0 and listed["unmatched"] == 0 and listed["labels"] == []
+
+
+def test_a_prediction_is_labelled_once_and_duplicates_change_no_monitor(client, name):
+    fit(client, name)
+    ids = [f"dup-{i}" for i in range(200)]
+    rng = np.random.default_rng(5)
+    scores = rng.uniform(0.01, 0.99, 200)
+    labels = (rng.uniform(size=200) < scores).astype(int)
+    client.post("/calibrate", json={"calibrator": name, "scores": scores.tolist(), "ids": ids})
+    time.sleep(1.0)
+    body = {"calibrator": name, "ids": ids + ids[:3], "labels": labels.tolist() + [0, 0, 0]}
+    assert client.post("/feedback", json=body).json() == receipt(count=200, duplicate_ids=ids[:3])
+    before = client.get(f"/calibrators/{name}/monitor").json()
+    flipped = {"calibrator": name, "ids": ids, "labels": (1 - labels).tolist()}
+    assert client.post("/feedback", json=flipped).json() == receipt(duplicate_ids=ids)
+    after = client.get(f"/calibrators/{name}/monitor").json()
+    assert after["windows"] == before["windows"] and after["windows"]["last_10000"]["samples"] == 200
+    assert {k: v for k, v in after["drift"].items() if k != "threshold"} == {k: v for k, v in before["drift"].items() if k != "threshold"}
+    assert f'calibd_feedback_duplicates_total{{calibrator="{name}"}} 203.0' in client.get("/metrics").text
+
+
+def test_self_contained_feedback_with_ids_counts_each_id_once(client, name):
+    fit(client, name)
+    p, y = pairs(100, 8)
+    ids = [f"row-{i}" for i in range(100)]
+    body = {"calibrator": name, "probabilities": p.tolist(), "labels": y.tolist(), "ids": ids}
+    assert client.post("/feedback", json=body).json() == receipt(count=100)
+    again = body | {"probabilities": p[:10].tolist() + p[:2].tolist(), "labels": y[:10].tolist() + y[:2].tolist(),
+                    "ids": [f"row-{i}" for i in range(95, 105)] + ["row-101", "row-102"]}
+    assert client.post("/feedback", json=again).json() == receipt(
+        count=5, duplicate_ids=[f"row-{i}" for i in range(95, 100)] + ["row-101", "row-102"]
+    )
+    assert client.get(f"/calibrators/{name}/monitor").json()["windows"]["24h"]["samples"] == 105
 
 
 def test_an_idempotent_retry_is_counted_once(client, name):
@@ -85,6 +169,12 @@ def test_an_idempotent_retry_is_counted_once(client, name):
     retry = client.post("/feedback", json=body, headers=headers)
     assert first.status_code == retry.status_code == 202
     assert retry.json() == first.json() and retry.headers["Idempotent-Replayed"] == "true"
+    assert client.get(f"/calibrators/{name}/monitor").json()["windows"]["24h"]["samples"] == 200
+    # The same key with another body is refused, and nothing is written.
+    other_body = {"calibrator": name, "probabilities": p[:3].tolist(), "labels": y[:3].tolist()}
+    reused = client.post("/feedback", json=other_body, headers=headers)
+    assert reused.status_code == 422, reused.text
+    assert reused.json()["errors"][0]["pointer"] == "/header/Idempotency-Key" and "Idempotency-Key" in reused.json()["detail"]
     assert client.get(f"/calibrators/{name}/monitor").json()["windows"]["24h"]["samples"] == 200
     # The same key with another calibrator is another request.
     other = f"{name}-b"
@@ -98,8 +188,8 @@ def test_expired_predictions_are_reported(database_url, name):
             fit(http, name)
             http.post("/calibrate", json={"calibrator": name, "scores": [0.3], "ids": ["old"]})
             time.sleep(1.5)
-            receipt = http.post("/feedback", json={"calibrator": name, "ids": ["old"], "labels": [1]}).json()
-    assert receipt == {"count": 0, "unknown_ids": [], "expired_ids": ["old"]}
+            answer = http.post("/feedback", json={"calibrator": name, "ids": ["old"], "labels": [1]}).json()
+    assert answer == receipt(expired_ids=["old"])
 
 
 def test_drift_raises_a_latched_alarm_per_version_and_prometheus_reports_it(client, name):
@@ -135,7 +225,7 @@ def test_drift_raises_a_latched_alarm_per_version_and_prometheus_reports_it(clie
 
 BAD_FEEDBACK = [
     ("neither mode", {"labels": [1]}, "/ids"),
-    ("both modes", {"labels": [1], "ids": ["a"], "probabilities": [0.5]}, "/ids"),
+    ("ids and probabilities differ", {"labels": [1, 0], "ids": ["a"], "probabilities": [0.5, 0.2]}, "/ids"),
     ("label 2", {"labels": [0, 2], "probabilities": [0.1, 0.2]}, "/labels/1"),
     ("length mismatch", {"labels": [0, 1, 1], "probabilities": [0.1, 0.2]}, "/labels"),
     ("probability above 1", {"labels": [0, 1], "probabilities": [0.1, 1.2]}, "/probabilities/1"),
@@ -164,3 +254,39 @@ def test_bad_feedback_is_rejected_and_writes_nothing(client, name, row_counts, c
 def test_feedback_for_an_unknown_calibrator_is_404(client):
     response = client.post("/feedback", json={"calibrator": "no-such", "probabilities": [0.5], "labels": [1]})
     assert response.status_code == 404
+
+
+def test_a_key_reused_with_another_body_writes_nothing(client, name, row_counts):
+    fit(client, name)
+    headers = {"Idempotency-Key": "labels-7"}
+    first = {"calibrator": name, "ids": ["k-1"], "labels": [1]}
+    assert client.post("/feedback", json=first, headers=headers).json() == receipt(pending=1, unknown_ids=["k-1"])
+    before = row_counts()
+    response = client.post("/feedback", json=first | {"ids": ["k-1", "k-2", "k-3"], "labels": [1, 0, 1]}, headers=headers)
+    assert response.status_code == 422
+    assert response.headers["content-type"] == "application/problem+json"
+    assert [e["pointer"] for e in response.json()["errors"]] == ["/header/Idempotency-Key"]
+    assert row_counts() == before
+    replay = client.post("/feedback", json=first, headers=headers)
+    assert replay.status_code == 202 and replay.headers["Idempotent-Replayed"] == "true"
+    assert replay.json() == receipt(pending=1, unknown_ids=["k-1"])
+
+
+def test_labels_left_unmatched_after_the_grace_period_are_counted_and_listed(database_url, name):
+    settings = Settings(database_url=database_url, pending_label_grace_seconds=0.5, pending_label_sweep_seconds=0.1)
+    with LiveServer(settings) as live, httpx.Client(base_url=live.url, timeout=60) as http:
+        fit(http, name)
+        answer = http.post("/feedback", json={"calibrator": name, "ids": ["lost-1", "lost-2"], "labels": [1, 0]}).json()
+        assert answer == receipt(pending=2, unknown_ids=["lost-1", "lost-2"])
+        deadline = time.monotonic() + 10
+        while (listed := http.get(f"/calibrators/{name}/unmatched-labels").json())["unmatched"] < 2:
+            assert time.monotonic() < deadline, listed
+            time.sleep(0.1)
+        assert listed["pending"] == 0 and listed["grace_seconds"] == 0.5
+        assert sorted((label["id"], label["label"]) for label in listed["labels"]) == [("lost-1", 1), ("lost-2", 0)]
+        assert f'calibd_feedback_unmatched_total{{calibrator="{name}"}} 2.0' in http.get("/metrics").text
+        # An unmatched label is no longer joined: its prediction, served now, stays unlabelled.
+        http.post("/calibrate", json={"calibrator": name, "scores": [0.4], "ids": ["lost-1"]})
+        time.sleep(0.6)
+        assert http.get(f"/calibrators/{name}/monitor").json()["windows"]["last_10000"]["samples"] == 0
+        assert http.get("/calibrators/no-such/unmatched-labels").status_code == 404

@@ -30,6 +30,12 @@ from .state import services
 CALIBRATE_REQUESTS = Counter("calibd_calibrate_requests_total", "Calibrate requests served", ["calibrator"])
 CALIBRATE_SCORES = Counter("calibd_calibrate_scores_total", "Scores calibrated", ["calibrator"])
 FEEDBACK = Counter("calibd_feedback_total", "Labelled predictions recorded", ["calibrator"])
+FEEDBACK_DUPLICATES = Counter(
+    "calibd_feedback_duplicates_total", "Labels not recorded: their prediction id was labelled before", ["calibrator"]
+)
+FEEDBACK_UNMATCHED = Counter(
+    "calibd_feedback_unmatched_total", "Labels whose prediction was not logged within the grace period", ["calibrator"]
+)
 FIT_DURATION = Histogram(
     "calibd_fit_duration_seconds", "Time to fit a calibrator, cross-fitted summary included", ["method"],
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),

@@ -117,7 +117,11 @@ class FeedbackRow(Base):
     """A labelled prediction: kept for count windows, reports and refits (with retention)."""
 
     __tablename__ = "feedback"
-    __table_args__ = (Index("ix_feedback_calibrator_version_id", "calibrator_id", "version", "id"),)
+    __table_args__ = (
+        Index("ix_feedback_calibrator_version_id", "calibrator_id", "version", "id"),
+        # One label per prediction (the first wins); self-contained rows without an id are not constrained.
+        Index("uq_feedback_calibrator_prediction", "calibrator_id", "prediction_id", unique=True),
+    )
 
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
     calibrator_id: Mapped[int] = mapped_column(ForeignKey("calibrators.id", ondelete="CASCADE"))
@@ -132,6 +136,25 @@ class FeedbackRow(Base):
     #: The raw score (or row) behind the probability, when known: what a refit learns from.
     scores: Mapped[Any] = mapped_column(JSONType, nullable=True)
     received_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+
+
+class PendingLabelRow(Base):
+    """A label for an id whose prediction was not stored yet (on any replica) when the label arrived.
+
+    Joined when the prediction is written, or by the periodic sweep of any
+    process; after CALIBD_PENDING_LABEL_GRACE_SECONDS it is marked unmatched
+    (counted, listed by the API, no longer joined).
+    """
+
+    __tablename__ = "pending_labels"
+    __table_args__ = (UniqueConstraint("calibrator_id", "prediction_id", name="uq_pending_labels_calibrator_prediction"),)
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    calibrator_id: Mapped[int] = mapped_column(ForeignKey("calibrators.id", ondelete="CASCADE"))
+    prediction_id: Mapped[str] = mapped_column(String(128))
+    label: Mapped[int] = mapped_column(Integer)
+    received_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+    unmatched_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
 
 
 class MonitorBucketRow(Base):
@@ -176,6 +199,8 @@ class IdempotencyRow(Base):
     key: Mapped[str] = mapped_column(String(255), primary_key=True)
     calibrator_id: Mapped[int] = mapped_column(ForeignKey("calibrators.id", ondelete="CASCADE"))
     response: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    #: sha256 of the request body: the same key with another body is refused, not replayed.
+    request_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
 
 

@@ -3,7 +3,10 @@
 /calibrate only appends to an in-memory list; a background task writes the
 list every ``interval`` seconds in one executemany. The log is best-effort
 and not part of what /calibrate acknowledges: when the database is away, or
-the list is full, predictions are dropped and counted by calibrator.
+the list is full, predictions are dropped and counted by calibrator (their
+labels then wait as pending labels until the grace period ends, and are
+counted as unmatched). Labels that came before their prediction are joined
+in the transaction that writes it.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from datetime import datetime
 
 import numpy as np
 
-from .feedback import log_predictions
+from .feedback import JoinCounts, PendingJoin, log_predictions
 from .models import utcnow
 from .repository import Sessions
 
@@ -35,10 +38,19 @@ class _Entry:
 
 
 class PredictionLog:
-    def __init__(self, sessions: Sessions, max_pending: int, on_drop: Callable[[str, int], None]):
+    def __init__(
+        self,
+        sessions: Sessions,
+        max_pending: int,
+        on_drop: Callable[[str, int], None],
+        join: PendingJoin | None = None,
+        on_join: Callable[[JoinCounts], None] | None = None,
+    ):
         self._sessions = sessions
         self._max_pending = max_pending
         self._on_drop = on_drop
+        self._join = join
+        self._on_join = on_join
         self._entries: list[_Entry] = []
         self._pending = 0
 
@@ -87,11 +99,14 @@ class PredictionLog:
                     }
                 )
         try:
-            log_predictions(self._sessions, rows)
+            joined = log_predictions(self._sessions, rows, self._join)
         except Exception as error:  # the database may be away: the log is best-effort
             logger.warning("prediction log: dropped %d predictions: %s", len(rows), error)
             for entry in entries:
                 self._on_drop(entry.name, len(entry.ids))
+            return
+        if joined and self._on_join is not None:
+            self._on_join(joined)
 
     @property
     def pending(self) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import Annotated
 
@@ -15,32 +16,55 @@ from ...calibration.base import as_float_array, check_scores, encode_labels
 from ...monitoring.windows import WINDOWS, window_metrics
 from ...storage import feedback as feedback_store
 from ...storage.cache import LoadedCalibrator
-from ...storage.feedback import DriftSettings, IdempotencyConflict, LabelledBatch
+from ...storage.feedback import DriftSettings, IdempotencyConflict, JoinCounts, LabelledBatch, StoredRequest
 from ..bodies import parse_json_object, require_json
 from ..calibrate.router import MAX_ID_LENGTH
 from ..calibrators.router import NamePath
-from ..observability import FEEDBACK
+from ..observability import FEEDBACK, FEEDBACK_DUPLICATES, FEEDBACK_UNMATCHED
 from ..problems import Problem, input_error
 from ..tables import feedback_request, read_table_request, table_body
 from ..state import Services, services
 from ..validation import MAX_VERSION, json_response, request_body, validate
-from .schemas import FeedbackReceipt, FeedbackRequest, FeedbackUpload, MonitorOut
+from .schemas import FeedbackReceipt, FeedbackRequest, FeedbackUpload, MonitorOut, UnmatchedLabelsOut
 from ..auth import REQUIRE_FEEDBACK, REQUIRE_READ
 
 router = APIRouter(tags=["feedback"])
 
+IDEMPOTENCY_KEY = "/header/Idempotency-Key"
+
+
+def count_joins(counts: JoinCounts) -> None:
+    """Count what a background join did (labels that waited for their prediction)."""
+    for name, n in counts.joined.items():
+        if n:
+            FEEDBACK.labels(name).inc(n)
+    for name, n in counts.duplicates.items():
+        if n:
+            FEEDBACK_DUPLICATES.labels(name).inc(n)
+    for name, n in counts.unmatched.items():
+        if n:
+            FEEDBACK_UNMATCHED.labels(name).inc(n)
+
+
+def _replay(stored: StoredRequest, request_sha256: str | None) -> Response:
+    if not stored.same_request(request_sha256):
+        # IETF httpapi Idempotency-Key draft: a key reused with another payload is refused.
+        raise Problem.invalid(IDEMPOTENCY_KEY, "this Idempotency-Key was used with a different request body; use a new key")
+    return json_response(stored.response, 202, headers={"Idempotent-Replayed": "true"})
 
 
 async def resolve(app: Services, name: str, version: int | None) -> LoadedCalibrator:
     return app.store.get(name, version) or await run_in_threadpool(app.store.load, name, version)
 
 
-def _check_ids(ids: list, n_labels: int) -> list[str]:
+def _check_ids(ids: list, n: int, against: str = "labels") -> list[str]:
     for position, value in enumerate(ids):
         if not isinstance(value, str) or not 0 < len(value) <= MAX_ID_LENGTH or "\x00" in value:
             raise Problem.invalid(f"/ids/{position}", f"ids are non-empty strings of at most {MAX_ID_LENGTH} characters, without NUL")
-    if len(ids) != n_labels:
-        raise Problem.invalid("/labels", f"has {n_labels} entries but ids has {len(ids)}")
+    if len(ids) != n:
+        if against == "labels":
+            raise Problem.invalid("/labels", f"has {n} entries but ids has {len(ids)}")
+        raise Problem.invalid("/ids", f"has {len(ids)} entries but {against} has {n}")
     return ids
 
 
@@ -67,6 +91,9 @@ async def record_feedback(
     calibrator: Annotated[str | None, Query(description="with an Arrow IPC stream body: the calibrator", max_length=200)] = None,
     version: Annotated[int | None, Query(ge=1, le=MAX_VERSION, description="with an Arrow IPC stream body: the version")] = None,
 ) -> Response:
+    # The request's digest, stored with its key: the same key with another body is refused, not replayed.
+    # (Read first: the body is then cached, and a multipart form is parsed from the cache.)
+    digest = None if idempotency_key is None else hashlib.sha256(await request.body()).hexdigest()
     table = await read_table_request(request)
     if table is None:
         require_json(request.headers)
@@ -75,19 +102,19 @@ async def record_feedback(
     else:
         body, locate = feedback_request(*table)
     app = services(request)
-    if (body.ids is None) == (body.probabilities is None):
-        raise Problem.invalid("/ids", "send either ids (labels for logged predictions) or probabilities, not both")
+    if body.ids is None and body.probabilities is None:
+        raise Problem.invalid("/ids", "send ids (labels for logged predictions) or probabilities (labelled directly)")
     if idempotency_key is not None:
         key = f"{body.calibrator}:{idempotency_key}"
         stored = await run_in_threadpool(feedback_store.stored_response, app.sessions, key)
         if stored is not None:
-            return json_response(stored, 202, headers={"Idempotent-Replayed": "true"})
+            return _replay(stored, digest)
     else:
         key = None
 
     loaded = await resolve(app, body.calibrator, body.version)
     try:
-        if body.ids is not None:
+        if body.probabilities is None:
             for field in ("version", "accepted", "scores"):
                 if getattr(body, field) is not None:
                     raise Problem.invalid(f"/{field}", "only with probabilities (logged predictions carry their own)")
@@ -105,8 +132,13 @@ async def record_feedback(
                 raw = as_float_array(body.scores, "scores", ndim=(1, 2))
                 if raw.shape[0] != probabilities.shape[0]:
                     raise Problem.invalid("/scores", f"has {raw.shape[0]} entries but probabilities has {probabilities.shape[0]}")
+            # Ids with probabilities name the predictions: one label per id holds here too.
+            prediction_ids = None if body.ids is None else _check_ids(body.ids, probabilities.shape[0], "probabilities")
             batches = [
-                LabelledBatch(loaded.version, probabilities, labels, accepted=accepted, scores=None if raw is None else raw.tolist())
+                LabelledBatch(
+                    loaded.version, probabilities, labels, prediction_ids=prediction_ids, accepted=accepted,
+                    scores=None if raw is None else raw.tolist(),
+                )
             ]
             by_id = {}
     except CalibrationInputError as error:
@@ -122,15 +154,33 @@ async def record_feedback(
                 prediction_ttl=settings.prediction_ttl,
                 drift=DriftSettings(settings.monitor_alpha, settings.monitor_tolerance),
                 idempotency_key=key,
+                request_sha256=digest,
                 **by_id,
             )
         )
     except IdempotencyConflict:
-        receipt = await run_in_threadpool(feedback_store.stored_response, app.sessions, key)
-        return json_response(receipt, 202, headers={"Idempotent-Replayed": "true"})
+        return _replay(await run_in_threadpool(feedback_store.stored_response, app.sessions, key), digest)
     if receipt["count"]:
         FEEDBACK.labels(loaded.name).inc(receipt["count"])
+    if receipt["duplicate_ids"]:
+        FEEDBACK_DUPLICATES.labels(loaded.name).inc(len(receipt["duplicate_ids"]))
     return json_response(receipt, 202)
+
+
+@router.get(
+    "/calibrators/{name}/unmatched-labels",
+    dependencies=[REQUIRE_READ],
+    summary="Labels whose prediction never reached the log within the grace period",
+    response_model=UnmatchedLabelsOut,
+    responses={404: {}},
+)
+async def unmatched_labels(
+    request: Request, name: NamePath, limit: Annotated[int, Query(ge=1, le=10_000)] = 100
+) -> Response:
+    app = services(request)
+    found = await run_in_threadpool(feedback_store.pending_labels, app.sessions, name, limit)
+    grace = app.settings.pending_label_grace_seconds
+    return json_response({"calibrator": name, "grace_seconds": grace} | found)
 
 
 @router.get(

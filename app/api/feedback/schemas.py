@@ -33,7 +33,11 @@ class FeedbackRequest(BaseModel):
 
     calibrator: str
     labels: Labels
-    ids: Ids | None = Field(default=None, description="ids given to /calibrate; the logged predictions are labelled")
+    ids: Ids | None = Field(
+        default=None,
+        description="ids given to /calibrate: the logged predictions are labelled; with probabilities: names the rows "
+        "(one label per id)",
+    )
     probabilities: Probabilities | None = Field(
         default=None, description="calibrated probabilities (binary) or rows (multiclass), labelled directly"
     )
@@ -62,9 +66,26 @@ class FeedbackUpload(BaseModel):
 
 
 class FeedbackReceipt(BaseModel):
-    count: int
-    unknown_ids: list[str]
-    expired_ids: list[str]
+    count: int = Field(description="labels recorded now (joined to their prediction, or labelled directly)")
+    pending: int = Field(description="labels stored to wait for a prediction not in the log yet (their ids: unknown_ids)")
+    unknown_ids: list[str] = Field(description="ids not in the prediction log yet; their labels are pending")
+    expired_ids: list[str] = Field(description="ids whose prediction is older than CALIBD_PREDICTION_TTL; not recorded")
+    duplicate_ids: list[str] = Field(description="ids labelled before (first label wins), or repeated in the request; not recorded")
+
+
+class UnmatchedLabel(BaseModel):
+    id: str
+    label: int
+    received_at: datetime
+    unmatched_at: datetime
+
+
+class UnmatchedLabelsOut(BaseModel):
+    calibrator: str
+    grace_seconds: float = Field(description="CALIBD_PENDING_LABEL_GRACE_SECONDS")
+    pending: int = Field(description="labels still within the grace period, waiting for their prediction")
+    unmatched: int = Field(description="labels whose prediction was not logged within the grace period")
+    labels: list[UnmatchedLabel] = Field(description="the newest unmatched labels (up to ?limit=)")
 
 
 class DriftOut(BaseModel):
