@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import timedelta
 
 import httpx
 import numpy as np
 import pytest
+from sqlalchemy import text
 
 from app.config import Settings
 from app.metrics import brier, ece, log_loss
@@ -37,6 +39,18 @@ def wait_for_samples(client, name, n, timeout=10.0):
         monitor = client.get(f"/calibrators/{name}/monitor").json()
         if monitor["windows"]["last_10000"]["samples"] == n or time.monotonic() > deadline:
             return monitor
+        time.sleep(0.05)
+
+
+def wait_logged(row_counts, name, n, timeout=10.0):
+    """Wait until the prediction log (written behind the hot path) holds ``n`` predictions of ``name``."""
+    query = text("SELECT count(*) FROM predictions p JOIN calibrators c ON c.id = p.calibrator_id WHERE c.name = :name")
+    deadline = time.monotonic() + timeout
+    while True:
+        with row_counts.engine.connect() as connection:
+            if connection.execute(query, {"name": name}).scalar_one() == n:
+                return
+        assert time.monotonic() < deadline, f"{n} predictions of {name} not logged"
         time.sleep(0.05)
 
 
@@ -70,13 +84,13 @@ def test_self_contained_feedback_fills_every_window_with_the_metrics_of_its_pair
     assert monitor["drift"]["alarm"] is False and monitor["drift"]["samples"] == 1000
 
 
-def test_feedback_by_logged_id_joins_labels_and_reports_unknown_ids(client, name):
+def test_feedback_by_logged_id_joins_labels_and_reports_unknown_ids(client, name, row_counts):
     fit(client, name)
     ids = [f"req-{i}" for i in range(50)]
     scores = np.linspace(0.02, 0.98, 50)
     served = client.post("/calibrate", json={"calibrator": name, "scores": scores.tolist(), "ids": ids}).json()
     labels = (np.arange(50) % 3 == 0).astype(int)
-    time.sleep(1.0)  # the prediction log is written behind the hot path (every 0.2 s)
+    wait_logged(row_counts, name, 50)
     body = {"calibrator": name, "ids": ids[:40] + ["never-logged"], "labels": labels[:40].tolist() + [1]}
     assert client.post("/feedback", json=body).json() == receipt(count=40, pending=1, unknown_ids=["never-logged"])
     window = client.get(f"/calibrators/{name}/monitor").json()["windows"]["last_10000"]
@@ -127,14 +141,14 @@ def test_a_label_that_comes_before_the_prediction_is_served_waits_for_it(client,
     assert listed["pending"] == 0 and listed["unmatched"] == 0 and listed["labels"] == []
 
 
-def test_a_prediction_is_labelled_once_and_duplicates_change_no_monitor(client, name):
+def test_a_prediction_is_labelled_once_and_duplicates_change_no_monitor(client, name, row_counts):
     fit(client, name)
     ids = [f"dup-{i}" for i in range(200)]
     rng = np.random.default_rng(5)
     scores = rng.uniform(0.01, 0.99, 200)
     labels = (rng.uniform(size=200) < scores).astype(int)
     client.post("/calibrate", json={"calibrator": name, "scores": scores.tolist(), "ids": ids})
-    time.sleep(1.0)
+    wait_logged(row_counts, name, 200)
     body = {"calibrator": name, "ids": ids + ids[:3], "labels": labels.tolist() + [0, 0, 0]}
     assert client.post("/feedback", json=body).json() == receipt(count=200, duplicate_ids=ids[:3])
     before = client.get(f"/calibrators/{name}/monitor").json()
@@ -239,8 +253,6 @@ BAD_FEEDBACK = [
 
 @pytest.mark.parametrize("case,body,at", BAD_FEEDBACK, ids=[c[0] for c in BAD_FEEDBACK])
 def test_bad_feedback_is_rejected_and_writes_nothing(client, name, row_counts, case, body, at):
-    import json
-
     fit(client, name)
     before = row_counts()
     response = client.post(
@@ -267,7 +279,9 @@ def test_a_key_reused_with_another_body_writes_nothing(client, name, row_counts)
     assert response.headers["content-type"] == "application/problem+json"
     assert [e["pointer"] for e in response.json()["errors"]] == ["/header/Idempotency-Key"]
     assert row_counts() == before
-    replay = client.post("/feedback", json=first, headers=headers)
+    # The same request in other spacing and key order is the same request.
+    spaced = json.dumps({"labels": [1], "ids": ["k-1"], "calibrator": name}, indent=2)
+    replay = client.post("/feedback", content=spaced, headers=headers | {"content-type": "application/json"})
     assert replay.status_code == 202 and replay.headers["Idempotent-Replayed"] == "true"
     assert replay.json() == receipt(pending=1, unknown_ids=["k-1"])
 

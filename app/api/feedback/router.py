@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Annotated
+from typing import Annotated, Any
 
 import numpy as np
+import orjson
 from fastapi import APIRouter, Header, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
@@ -44,6 +45,20 @@ def count_joins(counts: JoinCounts) -> None:
     for name, n in counts.unmatched.items():
         if n:
             FEEDBACK_UNMATCHED.labels(name).inc(n)
+
+
+def _digest(body: FeedbackRequest) -> str:
+    """sha256 of what the request says (its fields, keys sorted), whatever the encoding: a multipart
+    upload sent again has a new boundary, a JSON body sent again may have other spacing."""
+    fields = {name: getattr(body, name) for name in FeedbackRequest.model_fields}
+    option = orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY
+    return hashlib.sha256(orjson.dumps(fields, option=option, default=_plain)).hexdigest()
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (np.ndarray, np.generic)):  # the dtypes orjson leaves out (strings, objects)
+        return value.tolist()
+    raise TypeError(type(value).__name__)
 
 
 def _replay(stored: StoredRequest, request_sha256: str | None) -> Response:
@@ -91,9 +106,6 @@ async def record_feedback(
     calibrator: Annotated[str | None, Query(description="with an Arrow IPC stream body: the calibrator", max_length=200)] = None,
     version: Annotated[int | None, Query(ge=1, le=MAX_VERSION, description="with an Arrow IPC stream body: the version")] = None,
 ) -> Response:
-    # The request's digest, stored with its key: the same key with another body is refused, not replayed.
-    # (Read first: the body is then cached, and a multipart form is parsed from the cache.)
-    digest = None if idempotency_key is None else hashlib.sha256(await request.body()).hexdigest()
     table = await read_table_request(request)
     if table is None:
         require_json(request.headers)
@@ -104,7 +116,9 @@ async def record_feedback(
     app = services(request)
     if body.ids is None and body.probabilities is None:
         raise Problem.invalid("/ids", "send ids (labels for logged predictions) or probabilities (labelled directly)")
+    digest = None
     if idempotency_key is not None:
+        digest = await run_in_threadpool(_digest, body)
         key = f"{body.calibrator}:{idempotency_key}"
         stored = await run_in_threadpool(feedback_store.stored_response, app.sessions, key)
         if stored is not None:
