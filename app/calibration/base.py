@@ -433,6 +433,8 @@ class ArraySpec:
     rows: bool
     required: bool = True
     description: str = ""
+    #: A column-wise object of named categorical and numeric columns (``app.calibration.columns``).
+    columns: bool = False
 
 
 def check_arrays(arrays: dict[str, Any], specs: dict[str, ArraySpec], n_samples: int | None) -> dict[str, np.ndarray]:
@@ -447,6 +449,11 @@ def check_arrays(arrays: dict[str, Any], specs: dict[str, ArraySpec], n_samples:
         if value is None:
             if spec.required:
                 raise CalibrationInputError(name, f"required by this method: {spec.description or 'an array'}")
+            continue
+        if spec.columns:
+            from .columns import check_columns  # imports this module
+
+            checked[name] = check_columns(value, name, n_samples if spec.rows else None)
             continue
         array = as_float_array(value, name, ndim=spec.ndim)
         if spec.rows and n_samples is not None and array.shape[0] != n_samples:

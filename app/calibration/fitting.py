@@ -73,7 +73,10 @@ def holdout_fingerprint(
         digest.update(np.ascontiguousarray(sample_weight, dtype="<f8").tobytes())
     for name in sorted(arrays or {}):
         digest.update(f"{name}{arrays[name].shape}".encode())
-        digest.update(np.ascontiguousarray(arrays[name], dtype="<f8").tobytes())
+        if hasattr(arrays[name], "digest"):  # named columns (app.calibration.columns)
+            digest.update(arrays[name].digest())
+        else:
+            digest.update(np.ascontiguousarray(arrays[name], dtype="<f8").tobytes())
     return digest.hexdigest()
 
 

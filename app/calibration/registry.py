@@ -13,6 +13,7 @@ from .histogram import HistogramCalibrator
 from .isotonic import IsotonicCalibrator
 from .linear import DirichletCalibrator, MatrixScalingCalibrator, VectorScalingCalibrator
 from .lp_patch import LpPatchCalibrator
+from .multicalibration import MulticalibrationCalibrator
 from .one_vs_rest import OneVsRestIsotonicCalibrator, OneVsRestPlattCalibrator
 from .platt import PlattCalibrator
 from .scaling_binning import ScalingBinningCalibrator
@@ -41,6 +42,7 @@ METHODS: dict[str, type[Calibrator]] = {
         SelectiveCalibrator,
         AngularCalibrator,
         BernsteinCalibrator,
+        MulticalibrationCalibrator,
         AutoCalibrator,
     )
 }

@@ -1,0 +1,143 @@
+"""The multicalibration method: segments corrected, node arrays equal to LightGBM's trees, JSON round trip, API."""
+
+from __future__ import annotations
+
+import json
+
+import lightgbm as lgb
+import numpy as np
+import pytest
+
+from app.calibration import from_dict, get_method
+from app.calibration.base import CalibrationInputError
+from app.calibration.columns import check_columns
+from app.calibration.multicalibration import MulticalibrationCalibrator, _flatten_trees, _Forest
+from app.calibration.platt import PlattCalibrator
+from app.metrics import log_loss
+from app.metrics.multicalibration import multicalibration_error
+
+COUNTRIES = np.array(["us", "br", "in", "de", "fr"])
+DEVICES = np.array(["ios", "android", "web"])
+
+
+def synthetic(n: int, seed: int):
+    """The base model is off by +0.8 logits in one country, -0.7 in another, +0.5 on one device."""
+    rng = np.random.default_rng(seed)
+    c = rng.choice(5, n, p=[0.3, 0.25, 0.2, 0.15, 0.1])
+    d = rng.choice(3, n, p=[0.5, 0.3, 0.2])
+    truth = rng.normal(-1.0, 1.5, n)
+    score = truth + 0.8 * (c == 1) - 0.7 * (c == 2) + 0.5 * (d == 0)
+    labels = (rng.random(n) < 1 / (1 + np.exp(-truth))).astype(int)
+    age = rng.uniform(18, 80, n)
+    return 1 / (1 + np.exp(-score)), labels, {"country": COUNTRIES[c].tolist(), "device": DEVICES[d].tolist(), "age": age.tolist()}
+
+
+def test_segments_are_corrected_where_a_global_calibrator_cannot():
+    p, y, features = synthetic(40_000, 0)
+    train, test = slice(0, 20_000), slice(20_000, None)
+    fit_features = {k: v[train] for k, v in features.items()}
+    test_features = {k: v[test] for k, v in features.items()}
+    model = MulticalibrationCalibrator().fit(p[train], y[train], features=fit_features)
+    platt = PlattCalibrator().fit(p[train], y[train])
+    segments = {k: np.array(test_features[k], dtype=object) for k in ("country", "device")}
+    ours = model.predict(p[test], features=test_features)
+    before = multicalibration_error(p[test], y[test], None, segments, max_values=5)
+    after = multicalibration_error(ours, y[test], None, segments, max_values=5)
+    global_only = multicalibration_error(platt.predict(p[test]), y[test], None, segments, max_values=5)
+    assert before["mce_sigma"] > 20 and global_only["mce_sigma"] > 10
+    assert after["mce_sigma"] < 5  # no segment left with strong evidence of miscalibration
+    assert log_loss(ours, y[test]) < log_loss(platt.predict(p[test]), y[test]) - 0.005
+    assert model.fit_info()["rounds"] >= 1
+
+
+def test_node_arrays_walk_to_lightgbm_predictions():
+    rng = np.random.default_rng(1)
+    n = 5000
+    X = np.column_stack([rng.normal(size=n), rng.integers(0, 12, n), np.where(rng.random(n) < 0.2, 0.0, rng.normal(size=n)),
+                         np.where(rng.random(n) < 0.1, np.nan, rng.normal(size=n))])
+    y = (rng.random(n) < 1 / (1 + np.exp(-(X[:, 0] + (X[:, 1] % 3 == 0) - np.nan_to_num(X[:, 3]))))).astype(float)
+    for zero_as_missing in (False, True):
+        params = {"objective": "binary", "num_leaves": 12, "verbosity": -1, "num_threads": 1, "min_data_in_leaf": 20,
+                  "max_cat_to_onehot": 4, "zero_as_missing": zero_as_missing, "min_data_per_group": 10}
+        booster = lgb.train(params, lgb.Dataset(X, y, categorical_feature=[1]), num_boost_round=30)
+        forest = _Forest(_flatten_trees(booster.dump_model()["tree_info"]))
+        probe = X.copy()
+        probe[:50, 1] = -1  # negative and unseen categories go right, as in LightGBM
+        probe[50:100, 1] = 40
+        probe[100:150, 1] = np.nan
+        probe[150:200, 0] = np.nan
+        np.testing.assert_allclose(forest.raw(probe), booster.predict(probe, raw_score=True), rtol=0, atol=1e-12)
+
+
+def test_json_round_trip_gives_identical_outputs_and_unknown_categories_get_the_global_correction():
+    p, y, features = synthetic(6000, 2)
+    model = MulticalibrationCalibrator(input="probability").fit(p, y, features=features)
+    stored = json.loads(json.dumps(model.to_dict()))
+    assert "rounds" in stored["state"]["model_"]
+    rebuilt = from_dict(stored)
+    probe = {k: list(v[:500]) for k, v in features.items()}
+    probe["country"][:20] = ["zz"] * 20  # never seen at fit time
+    np.testing.assert_array_equal(rebuilt.predict(p[:500], features=probe), model.predict(p[:500], features=probe))
+    global_only = model.predict(p[:500])  # no features: the global correction for every row
+    a, b = model.model_["global"]["a"], model.model_["global"]["b"]
+    z = np.log(p[:500] / (1 - p[:500]))
+    np.testing.assert_allclose(global_only, 1 / (1 + np.exp(-(a * z + b))), rtol=1e-12)
+    with_features = model.predict(p[:500], features=probe)
+    np.testing.assert_array_equal(with_features[:20], global_only[:20])
+    assert not np.allclose(with_features[20:], global_only[20:])
+
+
+@pytest.mark.parametrize("features,field", [
+    ({"country": ["us"] * 50, "device": ["ios"] * 50}, "features.age"),
+    ({"country": ["us"] * 50, "device": ["ios"] * 50, "age": [30.0] * 50, "plan": ["a"] * 50}, "features.plan"),
+    ({"country": ["us"] * 50, "device": [1.0] * 50, "age": [30.0] * 50}, "features.device"),
+    ({"country": ["us"] * 49, "device": ["ios"] * 50, "age": [30.0] * 50}, "features.country"),
+])
+def test_features_must_match_the_fit(features, field):
+    p, y, fit_features = synthetic(3000, 3)
+    model = MulticalibrationCalibrator().fit(p, y, features=fit_features)
+    with pytest.raises(CalibrationInputError) as error:
+        model.predict(p[:50], features=features)
+    assert error.value.field == field
+
+
+def test_columns_validation_names_the_row():
+    with pytest.raises(CalibrationInputError) as error:
+        check_columns({"country": ["us", "br", 3]}, "features", 3)
+    assert (error.value.field, error.value.index) == ("features.country", (2,))
+    with pytest.raises(CalibrationInputError) as error:
+        check_columns({"age": [1.0, "x", 3.0]}, "features", 3)
+    assert (error.value.field, error.value.index) == ("features.age", (1,))
+    columns = check_columns({"age": [1.0, None, 3]}, "features", 3)
+    assert np.isnan(columns.columns["age"][1])
+
+
+def test_fitted_and_served_through_the_api_with_features(client, name):
+    p, y, features = synthetic(3000, 4)
+    body = {"name": name, "method": "multicalibration",
+            "holdout": {"scores": p.tolist(), "labels": y.tolist(), "features": features}}
+    created = client.post("/calibrators", json=body)
+    assert created.status_code == 201, created.text
+    summary = created.json()["summary"]
+    assert summary["after"]["log_loss"] < summary["before"]["log_loss"]
+    probe = {k: v[:100] for k, v in features.items()}
+    served = client.post("/calibrate", json={"calibrator": name, "scores": p[:100].tolist(), "features": probe})
+    assert served.status_code == 200, served.text
+    stored = client.get(f"/calibrators/{name}/versions/1").json()["parameters"]
+    np.testing.assert_array_equal(served.json()["probabilities"], from_dict(stored).predict(p[:100], features=probe))
+    bad = {**probe, "country": probe["country"][:99]}
+    response = client.post("/calibrate", json={"calibrator": name, "scores": p[:100].tolist(), "features": bad})
+    assert response.status_code == 422
+    assert [e["pointer"] for e in response.json()["errors"]] == ["/features/country"]
+    bad_fit = {**body, "holdout": {**body["holdout"], "features": {**features, "device": [7] + features["device"][1:]}}}
+    response = client.post("/calibrators", json={**bad_fit, "name": name + "-b"})
+    assert response.status_code == 422
+    assert [e["pointer"] for e in response.json()["errors"]] == ["/holdout/features/device/1"]
+
+
+def test_auto_can_choose_it_on_scores_alone():
+    p, y, _ = synthetic(4000, 5)
+    auto = get_method("auto").from_options("probability", {"candidates": ["multicalibration", "platt"]})
+    auto.fit(p, y)
+    assert set(auto.cv_log_loss_) == {"multicalibration", "platt"}
+    assert auto.predict(p[:10]).shape == (10,)
