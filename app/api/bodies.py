@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -71,16 +72,80 @@ def require_json(headers: Any) -> None:
         raise Problem(415, f"expected Content-Type: application/json, got {kind}")
 
 
+#: The deepest nesting of arrays and objects a JSON body may have. calibd's own bodies
+#: need fewer than ten levels; the limit keeps far below the depths at which parsers and
+#: serialisers give up (orjson reads 1,024 and writes 254 levels, and ``json`` recurses).
+MAX_JSON_DEPTH = 64
+
+
+class TooDeep(Problem):
+    def __init__(self) -> None:
+        super().__init__(400, f"body is not accepted: arrays and objects are nested more than {MAX_JSON_DEPTH} levels deep")
+
+
+def nesting_depth(body: bytes | memoryview | np.ndarray) -> int:
+    """How deeply the arrays and objects of a JSON text nest, without parsing it (no recursion).
+
+    Brackets inside strings do not count: a quote preceded by an odd run of
+    backslashes is escaped, and the others open and close strings in turn, so a
+    bracket is outside every string when an even number of quotes precede it.
+    The depth is then the largest running sum of +1 per ``[``/``{`` and -1 per
+    ``]``/``}``. Vectorised (numpy lets go of the GIL for large arrays); for
+    invalid JSON the figure is only indicative.
+    """
+    text = body if isinstance(body, np.ndarray) else np.frombuffer(body, dtype=np.uint8)
+    folded = text & 0xDF  # '{' (0x7B) -> '[' (0x5B), '}' (0x7D) -> ']' (0x5D)
+    opens = folded == 0x5B
+    brackets = np.flatnonzero(opens | (folded == 0x5D))
+    if not brackets.size:
+        return 0
+    quotes = np.flatnonzero(text == 0x22)
+    if quotes.size:
+        slashes = np.flatnonzero(text == 0x5C)
+        if slashes.size:  # runs of backslashes: an odd run escapes the character after it
+            breaks = np.flatnonzero(np.diff(slashes) != 1)
+            starts, ends = slashes[np.r_[0, breaks + 1]], slashes[np.r_[breaks, slashes.size - 1]]
+            after = ends[((ends - starts) % 2 == 0) & (ends + 1 < text.size)] + 1
+            escaped = after[text[after] == 0x22]
+            if escaped.size:
+                quotes = quotes[~np.isin(quotes, escaped, assume_unique=True)]
+        brackets = brackets[np.searchsorted(quotes, brackets) % 2 == 0]
+    steps = np.where(opens[brackets], np.int32(1), np.int32(-1))
+    return int(np.cumsum(steps).max(initial=0))
+
+
+def check_depth(body: bytes | np.ndarray) -> None:
+    """Raise 400 if the JSON text nests deeper than MAX_JSON_DEPTH; cheap for shallow bodies."""
+    # Nesting cannot exceed the number of opening brackets: counting them (memchr speed)
+    # spares most bodies the scan.
+    if isinstance(body, bytes) and body.count(b"[") + body.count(b"{") <= MAX_JSON_DEPTH:
+        return
+    if nesting_depth(body) > MAX_JSON_DEPTH:
+        raise TooDeep()
+
+
 def parse_json(body: bytes) -> Any:
-    """Parse a JSON body. NaN and Infinity literals are accepted here so that
-    validation can point at the element, instead of failing the whole body."""
+    """Parse a JSON body of at most MAX_JSON_DEPTH levels.
+
+    NaN and Infinity literals are accepted here (through ``json``, which orjson
+    refuses them to) so that validation can point at the element, instead of
+    failing the whole body. Whatever the body, the answer is the data or a 400.
+    """
     try:
-        return orjson.loads(body)
+        data = orjson.loads(body)
     except orjson.JSONDecodeError as error:
+        check_depth(body)
         try:
-            return json.loads(body)
-        except (ValueError, UnicodeDecodeError):
+            data = json.loads(body)
+            # What orjson refused and json took must still be storable: no lone surrogates.
+            orjson.dumps(data)
+        except (ValueError, UnicodeDecodeError, RecursionError):
             raise Problem(400, f"body is not valid JSON: {error}") from None
+        except orjson.JSONEncodeError:
+            raise Problem(400, "body is not valid JSON: a string holds a lone surrogate (\\ud800-\\udfff)") from None
+        return data
+    check_depth(body)
+    return data
 
 
 def parse_json_object(body: bytes) -> dict[str, Any]:

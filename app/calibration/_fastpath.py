@@ -67,14 +67,23 @@ def quick_list(scores, input: str) -> bool:
 
     ``sum`` meets every element in C: a string, null or nested list raises
     TypeError, a NaN or an infinity makes the total non-finite (so min and max,
-    which would skip a NaN, are only asked afterwards).
+    which would skip a NaN, are only asked afterwards). ``sum`` takes a boolean
+    as 0 or 1, so the types are looked at when an element equals 0 or 1.
     """
     if type(scores) is not list or not scores or len(scores) > LIST_MAX or type(scores[0]) is not float:
         return False
     try:
         if not math.isfinite(sum(scores)):
             return False
-        return input != "probability" or (0.0 <= min(scores) and max(scores) <= 1.0)
+        if input == "probability":
+            low, high = min(scores), max(scores)
+            if not (0.0 <= low and high <= 1.0):
+                return False
+            if 0.0 < low and high < 1.0:  # so no element is a boolean, which would be 0 or 1
+                return True
+        elif not (1.0 in scores or 0.0 in scores):  # compares equal to True or False
+            return True
+        return bool not in set(map(type, scores))
     except (TypeError, OverflowError):
         return False
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any, ClassVar
 
 import numpy as np
@@ -54,12 +55,46 @@ def _first_index(mask: np.ndarray) -> tuple[int, ...]:
     return tuple(int(i) for i in np.unravel_index(int(np.flatnonzero(mask.ravel())[0]), mask.shape))
 
 
+NOT_A_BOOLEAN = "must be a number, not true or false"
+
+
+def may_hold_booleans(array: np.ndarray) -> bool:
+    """False when no element is 0 or 1, the values numpy and ``struct`` make of JSON's
+    false and true in a list of numbers: then the list needs no closer look."""
+    return bool(np.logical_or(array == 0.0, array == 1.0).any())
+
+
+def boolean_index(values: list, ndim: int) -> tuple[int, ...] | None:
+    """The index of the first ``True`` or ``False`` in a list (``ndim=1``) or a list of rows
+    (``ndim=2``), or None. Booleans are not numbers: ``[0.1, true]`` is not a score array.
+    The elements' types are gathered in C; only a list that holds a boolean is walked."""
+    flat = values if ndim == 1 else chain.from_iterable(values)
+    if bool not in set(map(type, flat)):
+        return None
+    if ndim == 1:
+        return (next(i for i, value in enumerate(values) if type(value) is bool),)
+    return next((i, j) for i, row in enumerate(values) for j, value in enumerate(row) if type(value) is bool)
+
+
+def refuse_booleans(values: Any, array: np.ndarray, field: str) -> None:
+    """Raise if the list ``values``, made the float ``array``, held a boolean."""
+    if isinstance(values, list) and array.size and may_hold_booleans(array):
+        where = boolean_index(values, array.ndim)
+        if where is not None:
+            raise CalibrationInputError(field, NOT_A_BOOLEAN, where)
+
+
 def as_float_array(values: Any, field: str, ndim: int | tuple[int, ...] = 1) -> np.ndarray:
-    """Convert to a finite float64 array of the given number of dimensions."""
+    """Convert to a finite float64 array of the given number of dimensions.
+
+    ``true`` and ``false`` are refused wherever they are (numpy would read them as 1 and 0).
+    """
     try:
         array = np.asarray(values)
     except ValueError:
         raise CalibrationInputError(field, "rows must all have the same length") from None
+    if array.dtype.kind == "b" and array.size:
+        raise CalibrationInputError(field, NOT_A_BOOLEAN, (0,) * array.ndim)
     if array.dtype.kind not in "fiu":
         raise CalibrationInputError(field, "must contain only numbers")
     array = np.ascontiguousarray(array, dtype=np.float64)
@@ -67,6 +102,7 @@ def as_float_array(values: Any, field: str, ndim: int | tuple[int, ...] = 1) -> 
     if array.ndim not in allowed:
         shapes = " or ".join({1: "a flat list", 2: "a list of rows"}[d] for d in allowed)
         raise CalibrationInputError(field, f"must be {shapes}")
+    refuse_booleans(values, array, field)
     if array.shape[0] == 0:
         raise CalibrationInputError(field, "must not be empty")
     finite = np.isfinite(array)
@@ -123,9 +159,13 @@ def encode_labels(
     ``classes`` (default: the sorted distinct labels, as scikit-learn's
     ``LabelEncoder`` orders them), whose order is the order of the score columns.
     """
-    array = np.asarray(labels) if not isinstance(labels, np.ndarray) else labels
+    try:
+        array = np.asarray(labels) if not isinstance(labels, np.ndarray) else labels
+    except ValueError:  # ragged nesting
+        raise CalibrationInputError(field, "must be a flat list of labels") from None
     if array.dtype.kind not in "US":
         codes = as_float_array(array, field, ndim=1)
+        refuse_booleans(labels, codes, field)
         if codes.shape[0] != n_samples:
             raise CalibrationInputError(field, f"has {codes.shape[0]} entries but scores has {n_samples}")
         bad = (codes != np.floor(codes)) | (codes < 0) | (codes >= n_classes)

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import CalibrationInputError
+from .base import CalibrationInputError, refuse_booleans
 
 
 def check_costs(costs: Any, n_classes: int) -> np.ndarray | tuple[float, float]:
@@ -45,6 +45,7 @@ def check_costs(costs: Any, n_classes: int) -> np.ndarray | tuple[float, float]:
         raise CalibrationInputError(
             "costs", f"must be a {n_classes} x {n_classes} matrix C[true][decided]" + (f" ({expected})" if expected else "")
         )
+    refuse_booleans(costs, matrix, "costs")
     if not np.isfinite(matrix).all() or (matrix < 0).any():
         raise CalibrationInputError("costs", "costs must be finite numbers >= 0")
     return matrix

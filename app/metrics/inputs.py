@@ -112,6 +112,10 @@ def _as_array(values: Any, field: str) -> np.ndarray:
         raise _locate_non_number(values, field)
     if array.ndim == 0 or array.shape[0] == 0:
         raise input_error(field, "must not be empty")
+    if array.ndim <= 2:
+        from ..calibration.base import refuse_booleans  # late, as in input_error
+
+        refuse_booleans(values, array, field)
     return array
 
 

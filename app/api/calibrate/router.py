@@ -16,6 +16,7 @@ from starlette.responses import Response
 
 from ...calibration import CalibrationInputError
 from ...calibration._fastpath import LIST_MAX
+from ...calibration.base import boolean_index, may_hold_booleans
 from ...calibration.decisions import check_costs, decide
 from ...storage.cache import LoadedCalibrator
 from ..bodies import parse_json_object, require_json
@@ -105,8 +106,8 @@ def _float_array(values: object) -> np.ndarray | None:
     ``np.asarray`` inspects every element of a list to find its dtype (about
     20-35 ns a number here); ``struct`` packs them straight into the array's
     buffer (about 9 ns). It starts from a float, so numpy would also have made
-    float64 of the list, and it converts ints and bools inside the list as numpy
-    would. Anything else (strings, nulls, nesting, ragged rows, an int first)
+    float64 of the list, and it converts ints inside the list as numpy would.
+    Anything else (strings, nulls, nesting, ragged rows, an int first, a boolean)
     returns None, and the calibrator validates the list itself, errors included.
     """
     if type(values) is not list or not values:
@@ -116,7 +117,7 @@ def _float_array(values: object) -> np.ndarray | None:
         if type(first) is float and len(values) > LIST_MAX:  # shorter lists are checked as lists
             out = np.empty(len(values))
             struct.pack_into(f"{len(values)}d", out, 0, *values)
-            return out
+            return _unless_booleans(out, values)
         if type(first) is list and first and type(first[0]) is float:
             width = len(first)
             flat: list = []
@@ -126,10 +127,18 @@ def _float_array(values: object) -> np.ndarray | None:
                 flat += row
             out = np.empty((len(values), width))
             struct.pack_into(f"{len(flat)}d", out, 0, *flat)
-            return out
+            return _unless_booleans(out, values)
     except (struct.error, TypeError, OverflowError):
         return None
     return None
+
+
+def _unless_booleans(out: np.ndarray, values: list) -> np.ndarray | None:
+    """``out``, or None when ``values`` held a boolean (``struct`` packs it as 0 or 1): the
+    calibrator's own checks then refuse it, pointing at it."""
+    if may_hold_booleans(out) and boolean_index(values, out.ndim) is not None:
+        return None
+    return out
 
 
 def _envelope(data: dict) -> tuple[str, int | None, object, list[str] | None, dict]:

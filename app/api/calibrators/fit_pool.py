@@ -23,8 +23,10 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ...calibration import CalibrationInputError, fit_calibrator
-from ..bodies import parse_json_object
+from ..bodies import check_depth, parse_json_object
 from ..problems import Problem, input_error
 from ..validation import validate
 from .schemas import FitRequest
@@ -47,6 +49,16 @@ class FitJob:
     max_samples: int | None = None
     #: Set for asynchronous fits: the worker reports progress under this id.
     job_id: str | None = None
+
+    def check_depth(self) -> None:
+        """Refuse JSON nested too deep (400) now, not in the worker: an asynchronous fit is
+        checked before it is accepted. A scan of the raw text, far cheaper than parsing."""
+        if self.table is None and self.body is not None:
+            check_depth(self.body)
+        elif self.table is None and self.body_file is not None:
+            check_depth(np.fromfile(self.body_file, dtype=np.uint8))
+        if self.fields and "options" in self.fields:
+            check_depth(self.fields["options"].encode(errors="surrogatepass"))
 
     def discard_spool(self) -> None:
         for path in (self.body_file, self.file if isinstance(self.file, str) else None):

@@ -129,6 +129,7 @@ async def create_calibrator(
         raise Problem(415, f"send application/json, multipart/form-data or {ARROW_STREAM}, not {kind}")
     if run_async:
         try:
+            await run_in_threadpool(job.check_depth)
             info = await fit_jobs.submit(app, job, brief=detail == "brief")
         except BaseException:  # no job to read the spooled body
             job.discard_spool()
