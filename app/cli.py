@@ -46,6 +46,11 @@ def _serve(args: argparse.Namespace) -> int:
     elif not settings.bootstrap_admin_key and not _any_keys(engine):
         print("calibd: no API keys exist: auth is off (loopback only)", file=sys.stderr)
     engine.dispose()
+    if args.grpc_port is not None:  # read by every worker's app (each binds it, with SO_REUSEPORT)
+        os.environ["CALIBD_GRPC_PORT"] = str(args.grpc_port)
+        os.environ["CALIBD_GRPC_HOST"] = host
+        get_settings.cache_clear()
+        print(f"calibd: the inference protocol over gRPC on {host}:{args.grpc_port}", file=sys.stderr)
     if args.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Each worker writes its counters to files here, and /metrics adds them up.
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="calibd-metrics-")
@@ -785,6 +790,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="address to listen on (another than loopback needs an API key: calibd keys create)")
     serve.add_argument("--port", type=int, default=8000, help="port to listen on")
     serve.add_argument("--workers", type=int, default=1, help="serving processes (each with its own fit workers)")
+    serve.add_argument("--grpc-port", type=int, metavar="PORT",
+                       help="also serve the inference protocol (KServe v2) over gRPC on this port, in the same processes")
     serve.set_defaults(handler=_serve)
 
     migrate = commands.add_parser("migrate", help="apply pending database migrations")

@@ -51,6 +51,11 @@ class Settings(BaseSettings):
     #: Require a key with the read scope for /metrics (open by default, as Prometheus expects).
     metrics_require_key: bool = False
 
+    #: Serve the inference protocol over gRPC on this port too (``calibd serve --grpc-port``); None: no gRPC.
+    grpc_port: int | None = Field(default=None, ge=0, le=65535)
+    #: The address the gRPC port listens on (``calibd serve`` sets it to its --host).
+    grpc_host: str = "127.0.0.1"
+
     #: How often the closed-loop recalibration looks at calibrators with a policy.
     recalibration_interval_seconds: float = Field(default=30, gt=0)
 

@@ -13,7 +13,8 @@ from starlette.concurrency import run_in_threadpool
 
 from . import __version__
 from .api import (
-    calibrate, calibrators, evaluate, feedback, health, keys, observability, problems, recalibration, reports, transfer,
+    calibrate, calibrators, evaluate, feedback, health, inference, keys, observability, problems, recalibration, reports,
+    transfer,
 )
 from .api.bodies import BodySizeLimit
 from .api.calibrators.fit_pool import FitPool
@@ -84,6 +85,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
 
         app.state.services.fit_pool.start()
+        grpc_server = None
+        if settings.grpc_port is not None:  # the inference protocol over gRPC, in this event loop
+            from .grpc_v2 import service as grpc_service
+
+            grpc_server, app.state.grpc_port = await grpc_service.start(
+                app, settings.grpc_host, settings.grpc_port, settings.max_body_bytes
+            )
 
         def purge() -> None:
             feedback_store.purge(sessions, utcnow(), settings.prediction_ttl, settings.feedback_retention)
@@ -124,6 +132,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             for task in tasks:
                 task.cancel()
+            if grpc_server is not None:
+                await grpc_server.stop(grace=5)
             await calibrators.jobs.interrupt_all(app.state.services)
             await run_in_threadpool(prediction_log.write, prediction_log.take())
             app.state.services.fit_pool.close()
@@ -139,7 +149,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     problems.install(app)
     for module in (
         calibrators, calibrators.jobs, calibrate, feedback, evaluate, reports, recalibration, transfer, keys, health,
-        observability,
+        observability, inference,
     ):
         app.include_router(module.router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)

@@ -11,34 +11,42 @@ from __future__ import annotations
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from ..storage.keys import KeyInfo
+from ..storage.keys import KeyInfo, KeyRing
 from .problems import Problem
 from .state import services
 
 bearer = HTTPBearer(auto_error=False, description="an API key: calibd keys create --scope ...")
 
 
-def require(scope: str):
-    """A dependency that lets the request through if its key holds ``scope`` (or admin)."""
+def require(*scopes: str):
+    """A dependency that lets the request through if its key holds one of ``scopes`` (or admin)."""
 
     async def check(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> KeyInfo | None:
-        ring = services(request).keyring
-        if not ring.loaded:  # fail closed: the database was away since start
-            raise Problem(503, "API keys could not be read yet (database unavailable)", headers={"Retry-After": "5"})
-        if not ring.enabled:
-            return None
-        challenge = {"WWW-Authenticate": "Bearer"}
-        if credentials is None:
-            raise Problem(401, "an API key is required: send Authorization: Bearer <key>", headers=challenge)
-        info = ring.check(credentials.credentials)
-        if info is None:
-            raise Problem(401, "the API key is unknown, expired or revoked", headers=challenge)
-        if scope not in info.scopes and "admin" not in info.scopes:
-            raise Problem(403, f"this API key lacks the {scope!r} scope")
-        return info
+        return authorize(services(request).keyring, None if credentials is None else credentials.credentials, scopes)
 
-    check.__name__ = f"require_{scope}"
+    check.__name__ = "require_" + "_or_".join(scopes)
     return Depends(check)
+
+
+def authorize(ring: KeyRing, key: str | None, scopes: tuple[str, ...]) -> KeyInfo | None:
+    """The key's holder if it may use a route needing one of ``scopes``; else a 401, 403 or 503 Problem.
+
+    Shared by the REST routes and the gRPC service (which reads the key from its metadata).
+    """
+    if not ring.loaded:  # fail closed: the database was away since start
+        raise Problem(503, "API keys could not be read yet (database unavailable)", headers={"Retry-After": "5"})
+    if not ring.enabled:
+        return None
+    challenge = {"WWW-Authenticate": "Bearer"}
+    if key is None:
+        raise Problem(401, "an API key is required: send Authorization: Bearer <key>", headers=challenge)
+    info = ring.check(key)
+    if info is None:
+        raise Problem(401, "the API key is unknown, expired or revoked", headers=challenge)
+    if "admin" not in info.scopes and not any(scope in info.scopes for scope in scopes):
+        wanted = " or ".join(repr(scope) for scope in scopes)
+        raise Problem(403, f"this API key lacks the {wanted} scope")
+    return info
 
 
 REQUIRE_ADMIN = require("admin")

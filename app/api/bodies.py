@@ -13,7 +13,7 @@ import numpy as np
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .problems import Problem, problem_response
+from .problems import Problem, is_oip, problem_response
 
 
 class BodyTooLarge(Problem):
@@ -44,7 +44,9 @@ class BodySizeLimit:
                 except ValueError:
                     declared = 0
                 if declared > self.max_bytes:
-                    response = problem_response(413, BodyTooLarge(self.max_bytes).detail, headers={"Connection": "close"})
+                    response = problem_response(
+                        413, BodyTooLarge(self.max_bytes).detail, headers={"Connection": "close"}, oip=is_oip(scope)
+                    )
                     await response(scope, receive, send)
                     return
                 break

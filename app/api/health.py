@@ -8,8 +8,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from ..storage import migrate
-from .problems import problem_response
-from .state import services
+from .problems import Problem
+from .state import Services, services
 from .validation import json_response
 
 router = APIRouter(tags=["health"])
@@ -22,7 +22,15 @@ async def healthz() -> Response:
 
 @router.get("/readyz", summary="Readiness: database reachable, migrations at head", responses={503: {}})
 async def readyz(request: Request) -> Response:
-    engine = services(request).engine
+    problem = await readiness_problem(services(request))
+    if problem is not None:
+        raise problem
+    return json_response({"status": "ready"})
+
+
+async def readiness_problem(app: Services) -> Problem | None:
+    """Why this process cannot serve (a 503 problem), or None when it can."""
+    engine = app.engine
 
     def check() -> str | None:
         with engine.connect() as connection:
@@ -34,7 +42,7 @@ async def readyz(request: Request) -> Response:
     try:
         problem = await run_in_threadpool(check)
     except Exception as error:  # any driver error means: not ready
-        return problem_response(503, f"database unreachable: {type(error).__name__}", headers={"Retry-After": "5"})
+        return Problem(503, f"database unreachable: {type(error).__name__}", headers={"Retry-After": "5"})
     if problem:
-        return problem_response(503, problem)
-    return json_response({"status": "ready"})
+        return Problem(503, problem)
+    return None

@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .problems import problem_response
+from .problems import is_oip, problem_response
 
 request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 
@@ -238,7 +238,9 @@ class RequestContext:
             if started_response:
                 raise
             logging.getLogger("calibd").exception("unhandled error on %s %s", scope["method"], scope["path"])
-            await problem_response(500, f"internal error; see the server log (request id {rid})")(scope, receive, send_with_id)
+            await problem_response(
+                500, f"internal error; see the server log (request id {rid})", oip=is_oip(scope)
+            )(scope, receive, send_with_id)
         finally:
             if access_logger.isEnabledFor(logging.INFO):
                 route = scope.get("route")

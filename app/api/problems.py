@@ -67,7 +67,11 @@ class Problem(Exception):
         return cls(422, detail, [{"pointer": at, "detail": detail}])
 
 
-def problem_response(status: int, detail: str, errors: list[dict[str, str]] | None = None, headers=None) -> Response:
+def problem_response(
+    status: int, detail: str, errors: list[dict[str, str]] | None = None, headers=None, oip: bool = False
+) -> Response:
+    """The problem as application/problem+json; ``oip``: as application/json with the inference
+    protocol's ``error`` field too (what its clients read), for the /v2 routes."""
     body: dict[str, Any] = {
         "type": f"urn:calibd:problem:{TYPES.get(status, 'error')}",
         "title": HTTPStatus(status).phrase,
@@ -76,7 +80,16 @@ def problem_response(status: int, detail: str, errors: list[dict[str, str]] | No
     }
     if errors:
         body["errors"] = errors
+    if oip:
+        body["error"] = detail
+        return Response(orjson.dumps(body), status_code=status, media_type="application/json", headers=headers)
     return Response(orjson.dumps(body), status_code=status, media_type=PROBLEM_JSON, headers=headers)
+
+
+def is_oip(scope: Any) -> bool:
+    """Whether the request is one of the inference protocol's (/v2): its errors carry ``error``."""
+    path = scope["path"]
+    return path == "/v2" or path.startswith("/v2/")
 
 
 def input_error(error: CalibrationInputError, prefix: tuple[str | int, ...], fields: dict[str, tuple] | None = None) -> Problem:
@@ -117,6 +130,15 @@ PROBLEM_SCHEMA: dict[str, Any] = {
     },
 }
 
+#: The inference protocol's errors (/v2): the problem's fields, and the protocol's own ``error``.
+INFERENCE_ERROR_SCHEMA: dict[str, Any] = {
+    **PROBLEM_SCHEMA,
+    "title": "InferenceError",
+    "description": "the inference protocol's error (`error`), with RFC 9457 problem details beside it",
+    "required": ["error", *PROBLEM_SCHEMA["required"]],
+    "properties": {"error": {"type": "string"}, **PROBLEM_SCHEMA["properties"]},
+}
+
 DESCRIPTIONS = {
     400: "The body is not JSON, or not a JSON object",
     401: "No API key, or an unknown, expired or revoked one",
@@ -139,8 +161,10 @@ def document_problems(schema: dict[str, Any]) -> dict[str, Any]:
     parameter is validated. Every 4xx and 5xx is application/problem+json.
     """
     schema.setdefault("components", {}).setdefault("schemas", {})["Problem"] = PROBLEM_SCHEMA
+    schema["components"]["schemas"]["InferenceError"] = INFERENCE_ERROR_SCHEMA
     reference = {"$ref": "#/components/schemas/Problem"}
-    for operations in schema.get("paths", {}).values():
+    for path, operations in schema.get("paths", {}).items():
+        oip = path == "/v2" or path.startswith("/v2/")
         for operation in operations.values():
             responses = operation.setdefault("responses", {})
             implied: set[int] = set()
@@ -157,7 +181,10 @@ def document_problems(schema: dict[str, Any]) -> dict[str, Any]:
                     status = int(code)
                     if response.get("description") in (None, "", "Additional Response", "Validation Error"):
                         response["description"] = DESCRIPTIONS.get(status, HTTPStatus(status).phrase)
-                    response["content"] = {PROBLEM_JSON: {"schema": reference}}
+                    if oip:
+                        response["content"] = {"application/json": {"schema": {"$ref": "#/components/schemas/InferenceError"}}}
+                    else:
+                        response["content"] = {PROBLEM_JSON: {"schema": reference}}
     components = schema["components"]["schemas"]
     text = orjson.dumps(schema.get("paths", {}))
     if b"#/components/schemas/HTTPValidationError" not in text:  # FastAPI's default 422, replaced above
@@ -194,11 +221,11 @@ def install(app: FastAPI) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
     @app.exception_handler(Problem)
-    async def on_problem(_request: Request, exc: Problem) -> Response:
-        return problem_response(exc.status, exc.detail, exc.errors, exc.headers)
+    async def on_problem(request: Request, exc: Problem) -> Response:
+        return problem_response(exc.status, exc.detail, exc.errors, exc.headers, is_oip(request.scope))
 
     @app.exception_handler(RequestValidationError)
-    async def on_validation(_request: Request, exc: RequestValidationError) -> Response:
+    async def on_validation(request: Request, exc: RequestValidationError) -> Response:
         errors = []
         for error in exc.errors():
             location = list(error["loc"])
@@ -208,7 +235,7 @@ def install(app: FastAPI) -> None:
                     location.insert(0, source)
             errors.append({"pointer": pointer(*location), "detail": error["msg"]})
         detail = "; ".join(f"{e['pointer'] or '/'}: {e['detail']}" for e in errors)
-        return problem_response(422, detail, errors)
+        return problem_response(422, detail, errors, oip=is_oip(request.scope))
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http(request: Request, exc: StarletteHTTPException) -> Response:
@@ -216,15 +243,15 @@ def install(app: FastAPI) -> None:
         if exc.status_code == 405:
             # Starlette's Allow names the methods of the first route on the path only.
             headers = {**(headers or {}), "Allow": ", ".join(allowed_methods(request, (headers or {}).get("Allow")))}
-        return problem_response(exc.status_code, str(exc.detail), headers=headers)
+        return problem_response(exc.status_code, str(exc.detail), headers=headers, oip=is_oip(request.scope))
 
     @app.exception_handler(NotFound)
-    async def on_not_found(_request: Request, exc: NotFound) -> Response:
-        return problem_response(404, str(exc))
+    async def on_not_found(request: Request, exc: NotFound) -> Response:
+        return problem_response(404, str(exc), oip=is_oip(request.scope))
 
     @app.exception_handler(NoCurrentVersion)
-    async def on_no_current(_request: Request, exc: NoCurrentVersion) -> Response:
-        return problem_response(409, str(exc))
+    async def on_no_current(request: Request, exc: NoCurrentVersion) -> Response:
+        return problem_response(409, str(exc), oip=is_oip(request.scope))
 
     @app.exception_handler(InvalidCursor)
     async def on_cursor(_request: Request, exc: InvalidCursor) -> Response:
@@ -237,7 +264,7 @@ def install(app: FastAPI) -> None:
         # a number out of its range. The request's fault, so 422, not 500.
         logger.warning("database refused a value on %s %s: %s", request.method, request.url.path, exc)
         detail = "a value in the request cannot be stored or looked up (a NUL character, or a number out of range)"
-        return problem_response(422, detail)
+        return problem_response(422, detail, oip=is_oip(request.scope))
 
     @app.exception_handler(sqlalchemy.exc.OperationalError)
     @app.exception_handler(sqlalchemy.exc.InterfaceError)
@@ -245,10 +272,11 @@ def install(app: FastAPI) -> None:
     async def on_database_unavailable(request: Request, exc: Exception) -> Response:
         logger.warning("database unavailable on %s %s: %s", request.method, request.url.path, exc)
         return problem_response(
-            503, "the database is unavailable; nothing was recorded, retry shortly", headers={"Retry-After": "5"}
+            503, "the database is unavailable; nothing was recorded, retry shortly", headers={"Retry-After": "5"},
+            oip=is_oip(request.scope),
         )
 
     @app.exception_handler(Exception)
     async def on_unexpected(request: Request, exc: Exception) -> Response:
         logger.exception("unhandled error on %s %s", request.method, request.url.path)
-        return problem_response(500, "internal error; see the server log")
+        return problem_response(500, "internal error; see the server log", oip=is_oip(request.scope))

@@ -1,0 +1,226 @@
+"""The Open Inference Protocol (KServe v2) over REST: a calibrator is a model.
+
+Health, server and model metadata, model readiness and inference, with the binary tensor data
+extension (``Inference-Header-Content-Length``). Errors carry the protocol's ``error`` field
+beside calibd's problem fields. Inference needs the ``calibrate`` scope, metadata and readiness
+``calibrate`` or ``read``; health is open, as /healthz and /readyz are.
+
+Prediction ids for feedback: ``parameters.ids`` (a list of strings, one per row), or an ``ids``
+input of BYTES [n] (the form gRPC clients use). Costs for ``decisions``: ``parameters.costs``, as
+in /calibrate (over gRPC, a JSON string).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from ..auth import require
+from ..bodies import parse_json_object
+from ..health import readiness_problem
+from ..problems import Problem
+from ..state import services
+from ..validation import json_response, request_body
+from . import core
+from .schemas import InferenceRequest, InferenceResponse, Live, ModelMetadata, ModelReady, Ready, ServerMetadata
+from .tensors import DTYPES, TensorError, check_shape, datatype_of, from_bytes, from_json, to_bytes, to_json_data
+
+router = APIRouter(prefix="/v2", tags=["inference protocol (v2)"])
+
+REQUIRE_INFER = require("calibrate")
+REQUIRE_METADATA = require("calibrate", "read")
+HEADER_LENGTH = "inference-header-content-length"
+
+
+@router.get("/health/live", summary="Liveness (v2)", responses={200: {"model": Live}})
+async def live() -> Response:
+    return json_response({"live": True})
+
+
+@router.get("/health/ready", summary="Readiness (v2): database reachable, migrations at head", responses={200: {"model": Ready}, 503: {}})
+async def ready(request: Request) -> Response:
+    problem = await readiness_problem(services(request))
+    if problem is not None:
+        raise problem
+    return json_response({"ready": True})
+
+
+@router.get("", summary="Server metadata (v2)", responses={200: {"model": ServerMetadata}})
+async def server_metadata() -> Response:
+    return json_response(core.server_metadata())
+
+
+METADATA = {200: {"model": ModelMetadata}, 404: {}, 409: {}}
+READY = {200: {"model": ModelReady}, 404: {}, 409: {}}
+INFERENCE = {
+    200: {
+        "model": InferenceResponse,
+        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+        "description": "JSON, or with binary outputs: the JSON header (Inference-Header-Content-Length bytes), then the data",
+    },
+    404: {},
+    409: {},
+    413: {},
+    422: {},
+}
+INFERENCE_BODY = request_body(("application/json", InferenceRequest))
+
+
+@router.get("/models/{name}", dependencies=[REQUIRE_METADATA], summary="Model metadata (v2)", responses=METADATA)
+async def model_metadata(request: Request, name: str) -> Response:
+    return json_response(await core.model_metadata(services(request), name, None))
+
+
+@router.get("/models/{name}/versions/{version}", dependencies=[REQUIRE_METADATA], summary="Model version metadata (v2)", responses=METADATA)
+async def model_version_metadata(request: Request, name: str, version: str) -> Response:
+    return json_response(await core.model_metadata(services(request), name, core.parse_version(version)))
+
+
+@router.get("/models/{name}/ready", dependencies=[REQUIRE_METADATA], summary="Model readiness (v2)", responses=READY)
+async def model_ready(request: Request, name: str) -> Response:
+    return await _ready(request, name, None)
+
+
+@router.get("/models/{name}/versions/{version}/ready", dependencies=[REQUIRE_METADATA], summary="Model version readiness (v2)", responses=READY)
+async def model_version_ready(request: Request, name: str, version: str) -> Response:
+    return await _ready(request, name, version)
+
+
+async def _ready(request: Request, name: str, version: str | None) -> Response:
+    if not await core.model_ready(services(request), name, core.parse_version(version)):
+        raise Problem(409, f"calibrator {name!r} has no current version; promote one or name a version")
+    return json_response({"name": name, "ready": True})
+
+
+@router.post("/models/{name}/infer", dependencies=[REQUIRE_INFER], summary="Inference (v2)", responses=INFERENCE, openapi_extra=INFERENCE_BODY)
+async def infer(request: Request, name: str) -> Response:
+    return await _infer(request, name, None)
+
+
+@router.post(
+    "/models/{name}/versions/{version}/infer", dependencies=[REQUIRE_INFER], summary="Inference on a version (v2)",
+    responses=INFERENCE, openapi_extra=INFERENCE_BODY,
+)
+async def infer_version(request: Request, name: str, version: str) -> Response:
+    return await _infer(request, name, version)
+
+
+async def _infer(request: Request, name: str, version: str | None) -> Response:
+    data, binary = split_body(await request.body(), request.headers.get(HEADER_LENGTH))
+    number = core.parse_version(version)
+    app = services(request)
+    ids, costs = request_parameters(data)
+    loaded, outputs = await core.infer(app, name, number, read_inputs(data, binary), ids, costs)
+    return respond(data, name, str(loaded.version), outputs)
+
+
+def split_body(body: bytes, header_length: str | None) -> tuple[dict[str, Any], memoryview | None]:
+    """The JSON inference header, and the binary tensor data after it (if any)."""
+    if header_length is None:
+        return parse_json_object(body), None
+    if not header_length.isdigit() or int(header_length) > len(body):
+        raise Problem(400, f"Inference-Header-Content-Length {header_length!r} is not a length within the body ({len(body)} bytes)")
+    length = int(header_length)
+    return parse_json_object(body[:length]), memoryview(body)[length:]
+
+
+def request_parameters(data: dict[str, Any]) -> tuple[list[str] | None, Any]:
+    if not isinstance(data.get("id", ""), (str, type(None))):
+        raise TensorError("/id", "must be a string")
+    parameters = _object(data, "parameters", "")
+    return parameters.get("ids"), parameters.get("costs")
+
+
+def _object(data: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+    """``data[key]``: an object, or {} when absent or null."""
+    value = data.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise TensorError(f"{where}/{key}", "must be an object")
+    return value
+
+
+def _flag(data: dict[str, Any], key: str, where: str, default: bool) -> bool:
+    value = data.get(key)
+    if value is None:
+        return default
+    if type(value) is not bool:
+        raise TensorError(f"{where}/{key}", "must be true or false")
+    return value
+
+
+def read_inputs(data: dict[str, Any], binary: memoryview | None) -> list[core.Input]:
+    """The request's input tensors, from their JSON ``data`` or their slice of the binary data."""
+    inputs = data.get("inputs")
+    if not isinstance(inputs, list) or not inputs:
+        raise TensorError("/inputs", "must be a non-empty list of tensors")
+    offset = 0
+    tensors = []
+    for position, tensor in enumerate(inputs):
+        where = f"/inputs/{position}"
+        if not isinstance(tensor, dict) or not isinstance(tensor.get("name"), str):
+            raise TensorError(where, "a tensor is an object with a name, datatype, shape and data")
+        datatype = tensor.get("datatype")
+        if not isinstance(datatype, str) or (datatype not in DTYPES and datatype != "BYTES"):
+            raise TensorError(where + "/datatype", f"{datatype!r} is not a datatype of the protocol")
+        shape = check_shape(tensor.get("shape"), where)
+        size = _object(tensor, "parameters", where).get("binary_data_size")
+        if size is not None:
+            if binary is None or type(size) is not int or size < 0 or offset + size > len(binary):
+                raise TensorError(where + "/parameters/binary_data_size", "points past the binary data of the body")
+            value = from_bytes(binary[offset : offset + size], datatype, shape, where)
+            if datatype == "FP32":  # calibrated in float64, as the same numbers sent as JSON are
+                value = value.astype("<f8")
+            offset += size
+        else:
+            value = from_json(tensor.get("data"), datatype, shape, where)
+        tensors.append(core.Input(tensor["name"], datatype, shape, value))
+    if binary is not None and offset != len(binary):
+        raise Problem(400, f"the body has {len(binary) - offset} bytes of binary data that no input claims")
+    return tensors
+
+
+def respond(data: dict[str, Any], name: str, version: str, outputs: list[tuple[str, Any]]) -> Response:
+    """The inference response: the outputs asked for (all by default), each as JSON or binary data."""
+    binary_default = _flag(_object(data, "parameters", ""), "binary_data_output", "/parameters", False)
+    requested = data.get("outputs")
+    available = dict(outputs)
+    if requested is None:
+        chosen = [(output, binary_default) for output, _ in outputs]
+    else:
+        if not isinstance(requested, list):
+            raise TensorError("/outputs", "must be a list")
+        chosen = []
+        for position, output in enumerate(requested):
+            where = f"/outputs/{position}"
+            if not isinstance(output, dict) or not isinstance(output.get("name"), str) or output["name"] not in available:
+                raise TensorError(where, f"outputs are among {sorted(available)}")
+            flags = _object(output, "parameters", where)
+            chosen.append((output["name"], _flag(flags, "binary_data", where + "/parameters", binary_default)))
+    tensors, blobs = [], []
+    for output, as_binary in chosen:
+        value = available[output]
+        tensor: dict[str, Any] = {"name": output, "datatype": datatype_of(value), "shape": list(value.shape)}
+        if as_binary:
+            blob = to_bytes(value)
+            tensor["parameters"] = {"binary_data_size": len(blob)}
+            blobs.append(blob)
+        else:
+            tensor["data"] = to_json_data(value)
+        tensors.append(tensor)
+    body: dict[str, Any] = {"model_name": name, "model_version": version}
+    if data.get("id") is not None:
+        body["id"] = data["id"]
+    body["outputs"] = tensors
+    if not blobs:
+        return json_response(body)
+    header = orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
+    return Response(
+        header + b"".join(blobs),
+        media_type="application/octet-stream",
+        headers={"Inference-Header-Content-Length": str(len(header))},
+    )

@@ -1,0 +1,161 @@
+"""Tensors of the Open Inference Protocol (KServe v2): datatypes, JSON and binary encodings.
+
+Shared by the REST routes and the gRPC service. A tensor's data is row-major; over REST it is
+either a JSON list (flat or nested) or, with the binary tensor data extension, raw little-endian
+bytes after the JSON header (``BYTES`` elements each prefixed by a 4-byte little-endian length).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import numpy as np
+
+from ..problems import Problem
+
+#: The protocol's numeric datatypes as little-endian numpy dtypes.
+DTYPES: dict[str, np.dtype] = {
+    "BOOL": np.dtype("?"),
+    "UINT8": np.dtype("u1"),
+    "UINT16": np.dtype("<u2"),
+    "UINT32": np.dtype("<u4"),
+    "UINT64": np.dtype("<u8"),
+    "INT8": np.dtype("i1"),
+    "INT16": np.dtype("<i2"),
+    "INT32": np.dtype("<i4"),
+    "INT64": np.dtype("<i8"),
+    "FP16": np.dtype("<f2"),
+    "FP32": np.dtype("<f4"),
+    "FP64": np.dtype("<f8"),
+}
+FLOATS = ("FP32", "FP64")
+MAX_DIMENSIONS = 8
+
+
+class TensorError(Problem):
+    """A malformed tensor: 400 (the request is not a valid inference request), naming the input."""
+
+    def __init__(self, where: str, detail: str):
+        super().__init__(400, f"{where}: {detail}", [{"pointer": where, "detail": detail}])
+
+
+def check_shape(shape: Any, where: str) -> tuple[int, ...]:
+    if (
+        not isinstance(shape, (list, tuple))
+        or not 0 < len(shape) <= MAX_DIMENSIONS
+        or not all(type(d) is int and d >= 0 for d in shape)
+    ):
+        raise TensorError(where + "/shape", f"must be a list of 1 to {MAX_DIMENSIONS} non-negative integers")
+    return tuple(shape)
+
+
+def elements(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def from_bytes(raw: bytes | memoryview, datatype: str, shape: tuple[int, ...], where: str) -> Any:
+    """A tensor's raw bytes as an array of ``shape`` (numeric) or a list of bytes (``BYTES``)."""
+    if datatype == "BYTES":
+        items, offset, view = [], 0, memoryview(raw)
+        while offset < len(view):
+            if offset + 4 > len(view):
+                raise TensorError(where, "BYTES data ends inside an element's length")
+            (length,) = struct.unpack_from("<I", view, offset)
+            offset += 4
+            if offset + length > len(view):
+                raise TensorError(where, "BYTES data ends inside an element")
+            items.append(bytes(view[offset : offset + length]))
+            offset += length
+        if len(items) != elements(shape):
+            raise TensorError(where, f"has {len(items)} BYTES elements but shape {list(shape)} needs {elements(shape)}")
+        return items
+    dtype = DTYPES[datatype]
+    if len(raw) != elements(shape) * dtype.itemsize:
+        raise TensorError(where, f"has {len(raw)} bytes but shape {list(shape)} of {datatype} needs {elements(shape) * dtype.itemsize}")
+    return np.frombuffer(raw, dtype).reshape(shape)
+
+
+def from_json(data: Any, datatype: str, shape: tuple[int, ...], where: str) -> Any:
+    """A tensor's JSON ``data`` (flat or nested, row-major) checked against its shape.
+
+    A flat float list of one dimension is returned as it is (the calibrators' list fast path
+    and /calibrate's parser take it from there); anything else becomes an array of ``shape``.
+    ``BYTES`` data comes back as a list of strings.
+    """
+    if not isinstance(data, list):
+        raise TensorError(where + "/data", "must be a list")
+    if datatype == "BYTES":
+        flat = _flatten(data, where)
+        if not all(isinstance(item, str) for item in flat):
+            raise TensorError(where + "/data", "BYTES elements in JSON are strings")
+        if len(flat) != elements(shape):
+            raise TensorError(where + "/data", f"has {len(flat)} elements but shape {list(shape)} needs {elements(shape)}")
+        return flat
+    if len(shape) == 1 and len(data) == shape[0] and (not data or type(data[0]) is not list):
+        if datatype == "FP64":
+            return data
+    try:
+        array = np.asarray(data, dtype=np.float64 if datatype in FLOATS else DTYPES[datatype])
+    except (TypeError, ValueError, OverflowError):
+        raise TensorError(where + "/data", f"is not a (rectangular) list of {datatype} numbers") from None
+    if array.size != elements(shape):
+        raise TensorError(where + "/data", f"has {array.size} elements but shape {list(shape)} needs {elements(shape)}")
+    if datatype == "FP32":  # the value a binary FP32 tensor would carry
+        array = array.astype(np.float32).astype(np.float64)
+    return array.reshape(shape)
+
+
+def _flatten(data: list, where: str) -> list:
+    flat: list = []
+    for item in data:
+        if isinstance(item, list):
+            flat += _flatten(item, where)
+        else:
+            flat.append(item)
+    return flat
+
+
+def datatype_of(value: np.ndarray) -> str:
+    if value.dtype.kind in "OUS":
+        return "BYTES"
+    for name, dtype in DTYPES.items():
+        if value.dtype == dtype:
+            return name
+    return "FP64"
+
+
+def as_tensor(value: Any) -> np.ndarray:
+    """An output value (array, or a list of decisions) as an array of a protocol datatype."""
+    array = np.asarray(value)
+    if array.dtype.kind in "iu":
+        return array.astype(np.int64, copy=False)
+    if array.dtype.kind == "f":
+        return array.astype(np.float64, copy=False)
+    if array.dtype.kind in "US":
+        return array.astype(object)
+    return array
+
+
+def to_bytes(array: np.ndarray) -> bytes:
+    """An output's raw bytes: little-endian numbers, or length-prefixed ``BYTES`` elements."""
+    if array.dtype.kind == "O":
+        parts = []
+        for item in array.ravel():
+            data = item if isinstance(item, bytes) else str(item).encode()
+            parts.append(struct.pack("<I", len(data)))
+            parts.append(data)
+        return b"".join(parts)
+    if array.dtype.byteorder == ">":
+        array = array.astype(array.dtype.newbyteorder("<"))
+    return np.ascontiguousarray(array).tobytes()
+
+
+def to_json_data(array: np.ndarray) -> Any:
+    """An output's JSON ``data``: flat, row-major (orjson writes a float64 array exactly)."""
+    if array.dtype.kind == "O":
+        return [item.decode() if isinstance(item, bytes) else item for item in array.ravel().tolist()]
+    return np.ascontiguousarray(array).ravel()
