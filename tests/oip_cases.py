@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import httpx
@@ -66,3 +67,17 @@ def assert_bit_identical(actual, expected):
     assert np.array_equal(actual.view(np.uint64), expected.view(np.uint64))
 
 
+
+
+def assert_feedback_joined(client, name: str, ids: list[str], labels: list[int], timeout: float = 10.0) -> None:
+    """Labels sent once by the logged ids are all joined to their predictions (at once, or behind the answer)."""
+    receipt = client.post("/feedback", json={"calibrator": name, "ids": ids, "labels": labels}).json()
+    assert receipt["count"] + receipt["pending"] == len(ids), receipt
+    assert receipt["duplicate_ids"] == receipt["expired_ids"] == [], receipt
+    deadline = time.monotonic() + timeout
+    while True:
+        samples = client.get(f"/calibrators/{name}/monitor").json()["windows"]["last_10000"]["samples"]
+        if samples >= len(ids) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert samples == len(ids)

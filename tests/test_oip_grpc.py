@@ -23,7 +23,7 @@ from app.storage import keys
 from app.storage.db import make_engine, make_sessionmaker
 
 from .conftest import LiveServer
-from .oip_cases import assert_bit_identical, calibrate, fit_models, overconfident_binary, overconfident_multiclass
+from .oip_cases import assert_bit_identical, assert_feedback_joined, calibrate, fit_models, overconfident_binary, overconfident_multiclass
 
 
 @pytest.fixture(scope="module")
@@ -126,14 +126,7 @@ def test_ids_input_is_logged_for_feedback(triton_client, grpc_server, http, mode
     id_tensor = triton.InferInput("ids", [40], "BYTES")
     id_tensor.set_data_from_numpy(np.array(ids, dtype=object))
     triton_client.infer(models["binary"], [tensor, id_tensor], headers=bearer(issued))
-    body = {"calibrator": models["binary"], "ids": ids, "labels": labels.tolist()}
-    deadline = time.monotonic() + 10
-    while True:  # the prediction log is written behind the hot path
-        receipt = http.post("/feedback", json=body).json()
-        if receipt["count"] == 40 or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    assert receipt == {"count": 40, "unknown_ids": [], "expired_ids": []}
+    assert_feedback_joined(http, models["binary"], ids, labels.tolist())
 
 
 def test_auth_and_errors_map_to_status_codes(triton_client, grpc_server, models):

@@ -6,7 +6,6 @@ another way into the same batch step, never another computation.
 
 from __future__ import annotations
 
-import time
 
 import httpx
 import numpy as np
@@ -16,7 +15,7 @@ from tritonclient.utils import InferenceServerException
 
 from app import __version__
 
-from .oip_cases import assert_bit_identical, calibrate, fit_models, overconfident_binary, overconfident_multiclass
+from .oip_cases import assert_bit_identical, assert_feedback_joined, calibrate, fit_models, overconfident_binary, overconfident_multiclass
 
 
 @pytest.fixture(scope="module")
@@ -121,14 +120,7 @@ def test_ids_in_parameters_are_logged_for_feedback(client, triton_client, models
     id_tensor = triton.InferInput("ids", [60], "BYTES")
     id_tensor.set_data_from_numpy(np.array(bytes_ids, dtype=object))
     triton_client.infer(models["binary"], [tensor, id_tensor])
-    body = {"calibrator": models["binary"], "ids": ids + bytes_ids, "labels": labels.tolist() * 2}
-    deadline = time.monotonic() + 10
-    while True:  # the prediction log is written behind the hot path
-        receipt = client.post("/feedback", json=body).json()
-        if receipt["count"] == 120 or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    assert receipt == {"count": 120, "unknown_ids": [], "expired_ids": []}
+    assert_feedback_joined(client, models["binary"], ids + bytes_ids, labels.tolist() * 2)
     assert_bit_identical(result.as_numpy("probabilities"), calibrate(client, models["binary"], scores)["probabilities"])
 
 
