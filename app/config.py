@@ -33,6 +33,9 @@ class Settings(BaseSettings):
     fit_workers: int = Field(default=1, ge=0)
     #: A fit running longer than this is stopped (its worker is killed and replaced).
     fit_timeout_seconds: float = Field(default=600, gt=0)
+    #: Where fit bodies of a megabyte or more wait for their worker (None: /dev/shm where
+    #: writable, else the temporary directory); files a killed process left are removed at start.
+    spool_dir: str | None = None
 
     #: How long a prediction logged by /calibrate (with ``ids``) can receive feedback by id
     #: (seconds, or ISO 8601 such as P7D).

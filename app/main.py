@@ -81,7 +81,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             prediction_log=prediction_log,
             metrics_registry=make_registry(sessions),
             keyring=keyring,
-            fit_pool=FitPool(settings.fit_workers, settings.fit_timeout_seconds),
+            fit_pool=FitPool(settings.fit_workers, settings.fit_timeout_seconds, settings.spool_dir),
         )
 
         app.state.services.fit_pool.start()

@@ -11,9 +11,13 @@ is a worker that dies (out of memory, say), without taking the service down.
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import glob
+import logging
 import multiprocessing
 import os
 import shutil
+import stat
 import tempfile
 import threading
 import time
@@ -63,19 +67,81 @@ class FitJob:
     def discard_spool(self) -> None:
         for path in (self.body_file, self.file if isinstance(self.file, str) else None):
             if path is not None:
-                try:
-                    os.unlink(path)
-                except FileNotFoundError:
-                    pass
+                release_spool(path)
 
+
+logger = logging.getLogger("calibd")
 
 #: JSON bodies at least this large are spooled to a file as they arrive, not held in memory.
 SPOOL_MIN_BYTES = 1 << 20
 #: RAM-backed where the system has it (Linux), so that spooling costs no disk I/O.
 _SPOOL_DIR = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+#: Every spool file's name starts with this; ``sweep_spool`` removes only such files.
+SPOOL_PREFIX = "calibd-fit-"
+#: The lock of each spool file this process holds, by path (see ``new_spool``).
+_held: dict[str, int] = {}
 
 
-async def spool_json_body(chunks: AsyncIterator[bytes], length: int | None, max_samples: int | None) -> FitJob:
+def new_spool(suffix: str, directory: str | None = None) -> tuple[int, str]:
+    """A new spool file: (a descriptor to write it through, its path).
+
+    The file is locked (``flock``, on a descriptor of its own) from before its first
+    byte until ``release_spool``: a lock dies with its process, so a file whose lock
+    can be taken belongs to no live process, and ``sweep_spool`` may remove it. The
+    lock is taken blocking: a starting process's sweep may hold it for a moment.
+    """
+    fd, path = tempfile.mkstemp(prefix=SPOOL_PREFIX, suffix=suffix, dir=directory or _SPOOL_DIR)
+    lock = os.open(path, os.O_RDONLY)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    _held[path] = lock
+    return fd, path
+
+
+def release_spool(path: str) -> None:
+    """Remove a spool file, then let go of its lock."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    lock = _held.pop(path, None)
+    if lock is not None:
+        os.close(lock)
+
+
+def sweep_spool(directory: str | None = None) -> list[str]:
+    """Remove the spool files that processes killed mid-fit left behind (kill -9, out of
+    memory), at start. Returns the paths removed.
+
+    Only files named ``calibd-fit-*`` are looked at, and only those whose lock can be
+    taken are removed: every live process holds the lock of each file it uses. A file
+    created a moment ago is empty until its creator holds the lock (it writes only
+    after), so an empty file is left alone for a minute.
+    """
+    removed = []
+    for path in glob.glob(os.path.join(glob.escape(directory or _SPOOL_DIR or tempfile.gettempdir()), SPOOL_PREFIX + "*")):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:  # gone, another user's, or a symbolic link
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or (info.st_size == 0 and time.time() - info.st_mtime < 60):
+                continue
+            os.unlink(path)
+            removed.append(path)
+        except OSError:  # BlockingIOError: a live process holds it
+            continue
+        finally:
+            os.close(fd)
+    if removed:
+        logger.info("removed %d spool files left by stopped processes: %s", len(removed), ", ".join(removed))
+    return removed
+
+
+async def spool_json_body(
+    chunks: AsyncIterator[bytes], length: int | None, max_samples: int | None, directory: str | None = None
+) -> FitJob:
     """A FitJob for a JSON body read from ``chunks``, the request's ``length`` bytes.
 
     A large body is written to a file chunk by chunk (each write lets go of the GIL),
@@ -84,9 +150,9 @@ async def spool_json_body(chunks: AsyncIterator[bytes], length: int | None, max_
     the GIL for milliseconds while /calibrate requests wait. Smaller bodies, and bodies
     the spool has no room for, are read into memory.
     """
-    if length is None or length < SPOOL_MIN_BYTES or not _spool_has_room(length):
+    if length is None or length < SPOOL_MIN_BYTES or not _spool_has_room(length, directory):
         return FitJob(body=b"".join([chunk async for chunk in chunks]), max_samples=max_samples)
-    fd, path = tempfile.mkstemp(prefix="calibd-fit-", suffix=".json", dir=_SPOOL_DIR)
+    fd, path = new_spool(".json", directory)
     held: list[bytes] = []  # what the spool had no room for after all (another process filled it)
     try:
         async for chunk in chunks:
@@ -101,45 +167,45 @@ async def spool_json_body(chunks: AsyncIterator[bytes], length: int | None, max_
                 held = [_read_back(fd), bytes(view)]
     except BaseException:
         os.close(fd)
-        os.unlink(path)
+        release_spool(path)
         raise
     os.close(fd)
     if held:
-        os.unlink(path)
+        release_spool(path)
         return FitJob(body=b"".join(held), max_samples=max_samples)
     return FitJob(body_file=path, max_samples=max_samples)
 
 
-async def spool_upload(upload: Any) -> str | None:
+async def spool_upload(upload: Any, directory: str | None = None) -> str | None:
     """Copy an uploaded file (a starlette ``UploadFile``, already spooled by the form parser)
     to the spool, for the worker to map as it is; None: small, or no room (keep it in memory)."""
     size = upload.size
-    if size is None or size < SPOOL_MIN_BYTES or not _spool_has_room(size):
+    if size is None or size < SPOOL_MIN_BYTES or not _spool_has_room(size, directory):
         return None
 
     def copy() -> str | None:
-        fd, path = tempfile.mkstemp(prefix="calibd-fit-", suffix=".upload", dir=_SPOOL_DIR)
+        fd, path = new_spool(".upload", directory)
         try:
             with os.fdopen(fd, "wb") as out:
                 upload.file.seek(0)
                 shutil.copyfileobj(upload.file, out, 1 << 20)
         except OSError:
-            os.unlink(path)
+            release_spool(path)
             return None
         except BaseException:
-            os.unlink(path)
+            release_spool(path)
             raise
         return path
 
     return await asyncio.to_thread(copy)
 
 
-def _spool_has_room(length: int) -> bool:
+def _spool_has_room(length: int, directory: str | None = None) -> bool:
     try:
-        stat = os.statvfs(_SPOOL_DIR or tempfile.gettempdir())
+        space = os.statvfs(directory or _SPOOL_DIR or tempfile.gettempdir())
     except OSError:
         return False
-    return stat.f_bavail * stat.f_frsize > 2 * length
+    return space.f_bavail * space.f_frsize > 2 * length
 
 
 def _read_back(fd: int) -> bytes:
@@ -253,16 +319,20 @@ def _lower_priority() -> None:
 class FitPool:
     """A pool of fit worker processes. ``workers=0`` fits in a thread of this process instead."""
 
-    def __init__(self, workers: int, timeout_seconds: float):
+    def __init__(self, workers: int, timeout_seconds: float, spool_dir: str | None = None):
         self.workers = workers
         self.timeout_seconds = timeout_seconds
+        #: Where large bodies are spooled (None: /dev/shm where writable, else the temporary directory).
+        self.spool_dir = spool_dir
         self._executor: ProcessPoolExecutor | None = None
         self._started: Future | None = None
         #: The latest (fraction, stage) reported by each running asynchronous fit.
         self.progress: dict[str, tuple[float, str]] = {}
 
     def start(self) -> None:
-        """Start the workers now (in the background), so that the first fit does not wait for them."""
+        """Remove the spool files of stopped processes, and start the workers now (in the
+        background), so that the first fit does not wait for them."""
+        sweep_spool(self.spool_dir)
         if self.workers:
             self._pool()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request
@@ -115,15 +116,15 @@ async def create_calibrator(
     app = services(request)
     limit = app.settings.max_holdout_rows
     if kind == "multipart/form-data":
-        fields, file = await read_form(request, spool_upload)
+        fields, file = await read_form(request, partial(spool_upload, directory=app.fit_pool.spool_dir))
         job = FitJob(fields=fields, file=file, max_samples=limit)
     elif kind in ("application/json", "") or kind.endswith("+json"):
         length = request.headers.get("content-length", "")
-        job = await spool_json_body(request.stream(), int(length) if length.isdigit() else None, limit)
+        job = await spool_json_body(request.stream(), int(length) if length.isdigit() else None, limit, app.fit_pool.spool_dir)
     elif kind == ARROW_STREAM:
         fields = {"name": name, "method": method, "input": input, "options": options, "promote": promote}
         length = request.headers.get("content-length", "")
-        job = await spool_json_body(request.stream(), int(length) if length.isdigit() else None, limit)
+        job = await spool_json_body(request.stream(), int(length) if length.isdigit() else None, limit, app.fit_pool.spool_dir)
         job = replace(job, table="arrow", fields={key: value for key, value in fields.items() if value is not None})
     else:
         raise Problem(415, f"send application/json, multipart/form-data or {ARROW_STREAM}, not {kind}")
