@@ -146,7 +146,7 @@ class RowCounter:
     """Counts the rows of every table, to prove a failed request wrote nothing."""
 
     TABLES = (
-        "calibrators", "calibrator_versions", "registry_state", "predictions", "feedback",
+        "calibrators", "calibrator_versions", "registry_state", "predictions", "feedback", "pending_labels",
         "monitor_buckets", "drift_state", "idempotency_keys", "fit_jobs",
     )
 
