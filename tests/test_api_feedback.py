@@ -304,3 +304,27 @@ def test_labels_left_unmatched_after_the_grace_period_are_counted_and_listed(dat
         time.sleep(0.6)
         assert http.get(f"/calibrators/{name}/monitor").json()["windows"]["last_10000"]["samples"] == 0
         assert http.get("/calibrators/no-such/unmatched-labels").status_code == 404
+
+
+def test_the_same_ids_labelled_at_once_in_opposite_orders_count_once(server, client, name, row_counts):
+    from concurrent.futures import ThreadPoolExecutor
+
+    fit(client, name)
+    rounds, size = 4, 300
+    ids = [f"both-{i}" for i in range(rounds * size)]
+    client.post("/calibrate", json={"calibrator": name, "scores": np.linspace(0.01, 0.99, len(ids)).tolist(), "ids": ids})
+    wait_logged(row_counts, name, len(ids))
+
+    def send(order: list[str]) -> dict:
+        with httpx.Client(base_url=server.url, timeout=60) as http:
+            response = http.post("/feedback", json={"calibrator": name, "ids": order, "labels": [1] * len(order)})
+            assert response.status_code == 202, response.text
+            return response.json()
+
+    with ThreadPoolExecutor(2) as pool:
+        for r in range(rounds):
+            batch = ids[r * size : (r + 1) * size]
+            answers = list(pool.map(send, [batch, batch[::-1]]))
+            assert sum(a["count"] for a in answers) == size
+            assert sorted(answers[0]["duplicate_ids"] + answers[1]["duplicate_ids"]) == sorted(batch)
+    assert client.get(f"/calibrators/{name}/monitor").json()["windows"]["1h"]["samples"] == len(ids)

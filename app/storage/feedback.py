@@ -14,6 +14,7 @@ log writer or a sweep joins them.
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -25,7 +26,7 @@ from sqlalchemy import String, any_, bindparam, delete, func, select, text, upda
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
 from ..monitoring.drift import DriftTest
@@ -35,6 +36,8 @@ from .models import (
     CalibratorRow, DriftStateRow, FeedbackRow, IdempotencyRow, MonitorBucketRow, PendingLabelRow, PredictionRow, utcnow,
 )
 from .repository import NotFound, Sessions
+
+logger = logging.getLogger("calibd")
 
 # Ids are looked up in chunks, within every backend's limit on bound parameters.
 _ID_CHUNK = 5000
@@ -120,7 +123,14 @@ def log_predictions(sessions: Sessions, rows: list[dict[str, Any]], join: Pendin
             )
             session.execute(statement, rows)
         if join is not None and any_pending(session):
-            counts = join_pending(session, join, utcnow())
+            # In a savepoint: if the join fails (a deadlock with a concurrent join, say), the
+            # predictions are still written, and the next sweep joins their labels.
+            try:
+                with session.begin_nested():
+                    counts = join_pending(session, join, utcnow())
+            except DBAPIError as error:
+                logger.warning("prediction log: pending labels left to the sweep: %s", error)
+                counts = JoinCounts()
     return counts
 
 
@@ -272,6 +282,28 @@ def record_feedback(
     ``stored_response(key)``).
     """
     now = now or utcnow()
+    for attempt in range(_ATTEMPTS):
+        try:
+            return _record(sessions, calibrator_id, batches, ids, labels, prediction_ttl, drift, idempotency_key,
+                           request_sha256, now)
+        except OperationalError as error:
+            # Two requests labelling the same ids in another order can deadlock on the unique
+            # index (PostgreSQL); the loser is rolled back whole, and runs again.
+            if attempt + 1 == _ATTEMPTS or getattr(error.orig, "sqlstate", None) not in _RETRYABLE:
+                raise
+    raise AssertionError("unreachable")
+
+
+#: Deadlock detected, serialization failure: the transaction was rolled back and can run again.
+_RETRYABLE = ("40P01", "40001")
+_ATTEMPTS = 3
+
+
+def _record(
+    sessions: Sessions, calibrator_id: int, batches: list[LabelledBatch] | None, ids: list[str] | None,
+    labels: np.ndarray | None, prediction_ttl: timedelta, drift: DriftSettings, idempotency_key: str | None,
+    request_sha256: str | None, now: datetime,
+) -> dict[str, Any]:
     try:
         with transaction(sessions) as session:
             receipt = {"count": 0, "pending": 0, "unknown_ids": [], "expired_ids": [], "duplicate_ids": []}
@@ -323,7 +355,8 @@ def _labels_by_id(
     label_of = {prediction_id: int(labels[position]) for prediction_id, position in first.items()}
     logged = find_predictions(session, calibrator_id, list(first))
     # A label that waited for this prediction came first: it is the one joined, this one is the duplicate.
-    for prediction_id, label in _claim_pending(session, calibrator_id, [i for i in first if i in logged]):
+    waited = _claim_pending(session, calibrator_id, [i for i in first if i in logged]) if any_pending(session) else []
+    for prediction_id, label in waited:
         receipt["duplicate_ids"].append(prediction_id)
         label_of[prediction_id] = label
     missing = [i for i in first if i not in logged]
