@@ -1,19 +1,25 @@
 # `make run` serves calibd on the embedded SQLite default; `make test` runs the whole suite.
-# Both create .venv on first use and install what they need into it.
+# Both create .venv on first use; `make run` installs calibd alone, `make test` adds the test extras.
+# Afterwards the CLI is .venv/bin/calibd (or `source .venv/bin/activate`, then calibd).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
 .PHONY: run test bench clean
 
-$(STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e .
+	touch $(RUN_STAMP)
+
+$(STAMP): $(RUN_STAMP)
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(BIN)/calibd serve
 
 test: $(STAMP)

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import gc
 import glob
 import logging
 import multiprocessing
 import os
 import shutil
+import signal
 import stat
 import tempfile
 import threading
@@ -283,6 +285,8 @@ def _init_worker(progress_queue: Any = None) -> None:
     the serving process (Linux)."""
     global _progress_queue
     _progress_queue = progress_queue
+    # Ctrl-C reaches the whole process group; the serving process stops this worker itself.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # One BLAS thread: fits are single-threaded by design, and on a busy machine
     # threaded BLAS only contends with the serving process.
     from threadpoolctl import threadpool_limits
@@ -291,7 +295,6 @@ def _init_worker(progress_queue: Any = None) -> None:
     _lower_priority()
     try:
         import ctypes
-        import signal
 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):  # not Linux: the pool's own shutdown stops the workers
@@ -345,7 +348,8 @@ class FitPool:
             )
             self._started = self._executor.submit(_ready)
             self._queue = queue
-            threading.Thread(target=self._collect_progress, args=(queue,), daemon=True).start()
+            self._collector = threading.Thread(target=self._collect_progress, args=(queue,), daemon=True)
+            self._collector.start()
         return self._executor
 
     def _collect_progress(self, queue: Any) -> None:
@@ -389,7 +393,7 @@ class FitPool:
             raise Problem(problem["status"], problem["detail"], problem["errors"])
         return outcome["result"]
 
-    def _restart(self) -> None:
+    def _restart(self, wait: bool = False) -> None:
         """Kill the workers (a timed-out fit cannot be cancelled otherwise) and start afresh on next use."""
         executor, self._executor = self._executor, None
         if executor is None:
@@ -397,8 +401,23 @@ class FitPool:
         self._queue.put(None)
         for process in list((getattr(executor, "_processes", None) or {}).values()):
             process.kill()
-        executor.shutdown(wait=False, cancel_futures=True)
+        executor.shutdown(wait=wait, cancel_futures=True)
 
     def close(self) -> None:
-        """Stop the workers; a fit still running was never acknowledged, so nothing is lost."""
-        self._restart()
+        """Stop the workers; a fit still running was never acknowledged, so nothing is lost.
+
+        Everything the pool holds is released here, before the process ends: uvicorn ends a
+        signalled process by raising the signal again, past atexit, so queues left for exit
+        would stay registered with multiprocessing's resource tracker, which then warns of
+        "leaked semaphore objects" at every stop.
+        """
+        queue, collector = getattr(self, "_queue", None), getattr(self, "_collector", None)
+        self._restart(wait=True)  # the executor's queues closed, its threads joined
+        if queue is not None:
+            if collector is not None:
+                collector.join(timeout=5)
+            queue.close()
+            queue.join_thread()
+        self._queue = self._collector = None
+        del queue, collector
+        gc.collect()  # the queues' semaphores are unlinked as their objects go
