@@ -36,6 +36,7 @@ ORDER = [
     "selective",
     "closed_loop",
     "parquet_fit",
+    "segments",
 ]
 
 #: Every target of issue 8, so that one not yet measured still shows as a row.

@@ -35,6 +35,7 @@ OWN = {
     "workers": ([], ["--pairs", "1", "--runs", "1", "--seconds", "1"]),
     "calibrate_profile": ([], ["--requests", "200", "--no-py-spy"]),
     "parquet_fit": ([], ["--rows", "200000", "--runs", "1"]),
+    "segments": ([], ["--quick"]),
 }
 #: The other benchmarks, at the sizes their issues ask for (K = 100 tables, 2,000 drift streams, five angular
 #: seeds); multiclass with fewer timing runs and seeds than its defaults.

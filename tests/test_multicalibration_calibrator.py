@@ -141,3 +141,26 @@ def test_auto_can_choose_it_on_scores_alone():
     auto.fit(p, y)
     assert set(auto.cv_log_loss_) == {"multicalibration", "platt"}
     assert auto.predict(p[:10]).shape == (10,)
+
+
+def test_segment_stage_is_the_penalised_maximum_likelihood():
+    from scipy.optimize import minimize
+
+    from app.calibration.multicalibration import _segment_offsets
+
+    rng = np.random.default_rng(8)
+    n = 3000
+    z = rng.normal(size=n)
+    codes = [rng.integers(0, 4, n), rng.integers(0, 3, n)]
+    eta = 0.8 * z - 0.3 + np.array([0.5, -0.5, 0.0, 1.0])[codes[0]] + np.array([0.3, 0.0, -0.2])[codes[1]]
+    y = (rng.random(n) < 1 / (1 + np.exp(-eta))).astype(float)
+    w = rng.uniform(0.5, 2.0, n)
+    l2 = 5.0
+
+    def objective(theta):
+        e = theta[0] * z + theta[1] + theta[2:6][codes[0]] + theta[6:9][codes[1]]
+        return np.dot(w, np.logaddexp(0, e) - y * e) + 0.5 * l2 * np.dot(theta[2:], theta[2:])
+
+    reference = minimize(objective, np.zeros(9), method="BFGS", options={"gtol": 1e-9}).x
+    a, b, betas = _segment_offsets(z, y, w, codes, [4, 3], l2, (1.0, 0.0))
+    np.testing.assert_allclose(np.r_[a, b, betas[0], betas[1]], reference, atol=1e-5)

@@ -38,6 +38,7 @@ gets the global correction f_0 alone.
 
 from __future__ import annotations
 
+import itertools
 import math
 from numbers import Integral, Real
 from typing import Any
@@ -47,6 +48,7 @@ import numpy as np
 from ._logistic import fit_logistic
 from .base import ArraySpec, CalibrationInputError, Calibrator, sigmoid, to_logit
 from .columns import Columns
+from .crossfit import stratified_folds
 
 FEATURES = ArraySpec(
     ndim=2,
@@ -61,12 +63,86 @@ MISSING_NONE, MISSING_ZERO, MISSING_NAN = 0, 1, 2
 _MISSING = {"None": MISSING_NONE, "Zero": MISSING_ZERO, "NaN": MISSING_NAN}
 #: LightGBM's kZeroThreshold: |x| at most this is zero for the Zero rule.
 ZERO_THRESHOLD = 1e-35
+#: Up to this many rows, early stopping is cross-validated (5 folds) rather than on one held-out part.
+CV_MAX_ROWS = 20_000
 #: Rows per block of the tree walk (block rows x trees of state).
 PREDICT_BLOCK = 8192
 
 
 def _log_loss(offset: np.ndarray, y: np.ndarray, w: np.ndarray) -> float:
     return float(np.dot(w, np.logaddexp(0.0, offset) - y * offset) / w.sum())
+
+
+def _segment_offsets(
+    z: np.ndarray, y: np.ndarray, w: np.ndarray, codes: list[np.ndarray], sizes: list[int], l2: float, init: tuple[float, float]
+) -> tuple[float, float, list[np.ndarray]]:
+    """a, b and one coefficient per category of each column, minimising
+
+        sum_i w_i [log(1 + e^eta_i) - y_i eta_i] + (l2 / 2) sum_j sum_k beta_jk^2,
+        eta_i = a z_i + b + sum_j beta_j[code_ij]
+
+    by Newton's method with step halving. The Hessian's blocks are weighted
+    counts: bincounts of each column's codes (with z and 1) and cross-tabulations
+    of two columns' codes, so each iteration is a few passes however many
+    categories there are. The penalty shrinks a category's coefficient by about
+    l2 / (its rows x p (1 - p)): a large segment gets its own bias, a small one little of it.
+    """
+    d = 2 + sum(sizes)
+    starts = np.cumsum([2, *sizes])[:-1]
+    theta = np.zeros(d)
+    theta[0], theta[1] = init
+    penalty = np.r_[0.0, 0.0, np.full(d - 2, l2)]
+
+    def eta_of(t: np.ndarray) -> np.ndarray:
+        eta = t[0] * z + t[1]
+        for start, code in zip(starts, codes):
+            eta = eta + t[start:][code]
+        return eta
+
+    def objective(eta: np.ndarray, t: np.ndarray) -> float:
+        return float(np.dot(w, np.logaddexp(0.0, eta) - y * eta)) + 0.5 * float(np.dot(penalty * t, t))
+
+    eta = eta_of(theta)
+    value = objective(eta, theta)
+    for _ in range(50):
+        p = sigmoid(eta)
+        r = w * (p - y)
+        h = w * p * (1.0 - p)
+        grad = np.empty(d)
+        grad[0], grad[1] = np.dot(r, z), r.sum()
+        hess = np.zeros((d, d))
+        hz = h * z
+        hess[0, 0], hess[0, 1], hess[1, 1] = np.dot(hz, z), hz.sum(), h.sum()
+        for start, code, size in zip(starts, codes, sizes):
+            block = slice(start, start + size)
+            grad[block] = np.bincount(code, weights=r, minlength=size)
+            hess[0, block] = np.bincount(code, weights=hz, minlength=size)
+            hess[1, block] = np.bincount(code, weights=h, minlength=size)
+            hess[block, block] = np.diag(hess[1, block])
+        for (s1, c1, n1), (s2, c2, n2) in itertools.combinations(list(zip(starts, codes, sizes)), 2):
+            hess[s1:s1 + n1, s2:s2 + n2] = np.bincount(c1 * n2 + c2, weights=h, minlength=n1 * n2).reshape(n1, n2)
+        hess = np.triu(hess) + np.triu(hess, 1).T
+        grad += penalty * theta
+        hess[np.diag_indices(d)] += penalty + 1e-9
+        try:
+            step = np.linalg.solve(hess, grad)
+        except np.linalg.LinAlgError:
+            step = np.linalg.lstsq(hess, grad, rcond=None)[0]
+        for _halving in range(30):
+            candidate = theta - step
+            candidate_eta = eta_of(candidate)
+            candidate_value = objective(candidate_eta, candidate)
+            if candidate_value <= value:
+                break
+            step = step / 2
+        else:
+            break
+        decrease = value - candidate_value
+        theta, eta, value = candidate, candidate_eta, candidate_value
+        if decrease <= 1e-10 * max(abs(value), 1.0):
+            break
+    betas = [theta[start:start + size].copy() for start, size in zip(starts, sizes)]
+    return float(theta[0]), float(theta[1]), betas
 
 
 def _flatten_trees(tree_info: list[dict]) -> dict[str, list]:
@@ -171,10 +247,14 @@ class MulticalibrationCalibrator(Calibrator):
         max_rounds: at most this many rounds (each a tree ensemble on the previous round's logit).
         learning_rate, num_leaves, max_trees: each round's LightGBM ensemble; its trees stop
             early after ``patience`` trees without a better held-out log loss.
-        min_samples_leaf: rows per leaf and per category group at least (null: n / 250,
+        min_samples_leaf: rows per leaf and per category group at least (null: n / 20,
             clipped to [20, 200]).
         l2: L2 penalty on leaf values.
-        validation_fraction: the stratified held-out part for early stopping.
+        validation_fraction: the stratified held-out part that stops the trees and the rounds
+            (up to CV_MAX_ROWS rows: 5-fold cross-validation instead); each round is then fitted
+            on every row with the number of trees found.
+        segment_offsets: start the trees from a penalised logistic fit of the logit and a bias
+            per category (the segment stage); false: from Platt's global correction.
         seed: the held-out split's and LightGBM's seed.
     """
 
@@ -190,13 +270,14 @@ class MulticalibrationCalibrator(Calibrator):
         self,
         input: str = "probability",
         max_rounds: int = 4,
-        learning_rate: float = 0.3,
-        num_leaves: int = 8,
+        learning_rate: float = 0.1,
+        num_leaves: int = 5,
         max_trees: int = 200,
         patience: int = 10,
         min_samples_leaf: int | None = None,
         l2: float = 10.0,
         validation_fraction: float = 0.2,
+        segment_offsets: bool = True,
         seed: int = 0,
     ):
         self.input = input
@@ -208,6 +289,7 @@ class MulticalibrationCalibrator(Calibrator):
         self.min_samples_leaf = min_samples_leaf
         self.l2 = l2
         self.validation_fraction = validation_fraction
+        self.segment_offsets = segment_offsets
         self.seed = seed
 
     def _check_params(self) -> None:
@@ -233,6 +315,9 @@ class MulticalibrationCalibrator(Calibrator):
             raise CalibrationInputError("options.l2", "must be a number in [0, 1e6]")
         number("validation_fraction", 0.0, 0.5)
         integer("seed", 0, 2**31 - 1)
+        for name in ("segment_offsets",):
+            if not isinstance(getattr(self, name), bool):
+                raise CalibrationInputError(f"options.{name}", "must be true or false")
 
     # -- features ----------------------------------------------------------------------------
     @staticmethod
@@ -273,6 +358,7 @@ class MulticalibrationCalibrator(Calibrator):
 
         z = to_logit(scores, self.input)
         y = labels.astype(np.float64)
+        n = z.shape[0]
         a, b = (float(c) for c in fit_logistic(np.column_stack([z, np.ones_like(z)]), y, weights, init=[1.0, 0.0]))
         spec: list[dict] = []
         if features is not None:
@@ -282,60 +368,116 @@ class MulticalibrationCalibrator(Calibrator):
                     entry["categories"] = sorted(set(features.columns[name].tolist()))
                 spec.append(entry)
         X, _ = self._encode(features, spec) if features is not None else (np.empty((z.shape[0], 1)), None)
-        offset = a * z + b
-        n = z.shape[0]
-        leaf = self.min_samples_leaf if self.min_samples_leaf is not None else int(np.clip(n // 250, 20, 200))
-        validation = self._validation_rows(labels)
-        train = ~validation
         categorical = [j for j, c in enumerate(spec, start=1) if c["kind"] == "categorical"]
+        splits = self._splits(labels)
+        linear = None
+        if categorical and self.segment_offsets:
+            codes = [X[:, j].astype(np.int64) for j in categorical]
+            sizes = [len(spec[j - 1]["categories"]) for j in categorical]
+            l2 = float(max(self.l2, 1e-6))
+
+            def segment_stage(rows: np.ndarray) -> dict:
+                la, lb, betas = _segment_offsets(z[rows], y[rows], weights[rows], [c[rows] for c in codes], sizes, l2, (a, b))
+                return {"a": la, "b": lb, "coefficients": {spec[j - 1]["name"]: beta.tolist() for j, beta in zip(categorical, betas)}}
+
+            # out of fold: each held-out row's offset from the stage fitted without it
+            out_of_fold = a * z + b
+            for fit_rows, held in splits:
+                out_of_fold[held] = self._linear_offset(z[held], X[held], spec, segment_stage(fit_rows), a, b)
+            linear = segment_stage(np.arange(n))
+        leaf = self.min_samples_leaf if self.min_samples_leaf is not None else int(np.clip(n // 20, 20, 200))
         params = {
-            "objective": "binary", "learning_rate": float(self.learning_rate), "num_leaves": int(self.num_leaves),
-            "min_data_in_leaf": leaf, "min_data_per_group": leaf, "min_sum_hessian_in_leaf": 1e-3,
-            "lambda_l2": float(self.l2), "cat_l2": float(self.l2), "cat_smooth": 10.0, "max_cat_to_onehot": 8,
-            "max_bin": 255, "feature_pre_filter": False, "deterministic": True, "force_row_wise": True,
-            "seed": int(self.seed), "verbosity": -1,
+            "objective": "binary", "metric": "binary_logloss", "learning_rate": float(self.learning_rate),
+            "num_leaves": int(self.num_leaves), "min_data_in_leaf": leaf, "min_data_per_group": leaf,
+            "min_sum_hessian_in_leaf": 1e-3, "lambda_l2": float(self.l2), "cat_l2": float(self.l2), "cat_smooth": 10.0,
+            "max_cat_to_onehot": 8, "max_bin": 255, "feature_pre_filter": False, "deterministic": True,
+            "force_row_wise": True, "seed": int(self.seed), "verbosity": -1,
             # one thread: OpenMP threads spin-wait for each other, and on a busy machine (a service's
             # fit pool, other processes) two threads were ten times slower than one here
             "num_threads": 1,
         }
-        rounds, history = [], []
-        best = _log_loss(offset[validation], y[validation], weights[validation])
-        history.append({"round": 0, "trees": 0, "validation_log_loss": best})
-        for r in range(1, self.max_rounds + 1):
-            X[:, 0] = offset
-            train_set = lgb.Dataset(X[train], y[train], weight=weights[train], init_score=offset[train],
-                                    categorical_feature=categorical, free_raw_data=False, params={"max_bin": 255, "verbosity": -1})
-            valid_set = lgb.Dataset(X[validation], y[validation], weight=weights[validation], init_score=offset[validation],
-                                    reference=train_set, categorical_feature=categorical)
-            booster = lgb.train(params, train_set, num_boost_round=int(self.max_trees), valid_sets=[valid_set],
-                                callbacks=[lgb.early_stopping(int(self.patience), verbose=False)])
-            trees = booster.best_iteration or booster.current_iteration()
-            forest_table = _flatten_trees(booster.dump_model(num_iteration=trees)["tree_info"])
-            step = booster.predict(X, raw_score=True, num_iteration=trees)  # what _Forest.raw gives, in C++ (no init score)
-            loss = _log_loss(offset[validation] + step[validation], y[validation], weights[validation])
-            if not loss < best - 1e-7:  # this round does not help on the held-out rows: stop
-                break
-            offset = offset + step
-            best = loss
-            rounds.append(forest_table)
-            history.append({"round": r, "trees": trees, "validation_log_loss": loss})
+
+        def boost(offset: np.ndarray) -> tuple[list, list, float]:
+            """Rounds of trees from ``offset`` while they lower the held-out log loss."""
+            rounds, history = [], []
+            best = float(np.mean([_log_loss(offset[held], y[held], weights[held]) for _, held in splits]))
+            history.append({"round": 0, "trees": 0, "validation_log_loss": best})
+            for r in range(1, self.max_rounds + 1):
+                X[:, 0] = offset
+                data = lgb.Dataset(X, y, weight=weights, init_score=offset, categorical_feature=categorical,
+                                   free_raw_data=False, params={"max_bin": 255, "verbosity": -1})
+                # the number of trees by early stopping on the held-out rows (the mean over folds when cross-validated)
+                curve = lgb.cv(params, data, num_boost_round=int(self.max_trees), folds=splits, stratified=False,
+                               callbacks=[lgb.early_stopping(int(self.patience), verbose=False)])["valid binary_logloss-mean"]
+                trees, loss = len(curve), float(curve[-1])
+                if not loss < best - 1e-7:  # this round does not help on the held-out rows: stop
+                    break
+                booster = lgb.train(params, data, num_boost_round=trees)  # then fitted on every row
+                rounds.append(_flatten_trees(booster.dump_model()["tree_info"]))
+                offset = offset + booster.predict(X, raw_score=True)  # what _Forest.raw gives, in C++ (no init score)
+                best = loss
+                history.append({"round": r, "trees": trees, "validation_log_loss": loss})
+            return rounds, history, best
+
+        start = "platt"
+        if linear is None:
+            rounds, history, _ = boost(a * z + b)
+        elif len(splits) > 1:
+            # cross-validated (small holdouts): keep the segment stage only if the trees from its
+            # out-of-fold offsets end lower than the trees from Platt's
+            with_stage = boost(out_of_fold)
+            rounds, history, without = boost(a * z + b)
+            if with_stage[2] < without:
+                rounds, history, _ = boost(self._linear_offset(z, X, spec, linear, a, b))
+                start = "segment stage"
+            else:
+                linear = None
+        else:
+            # one large held-out part: keep it if it beats Platt there (out of sample)
+            held = splits[0][1]
+            if _log_loss(out_of_fold[held], y[held], weights[held]) < _log_loss(a * z[held] + b, y[held], weights[held]):
+                rounds, history, _ = boost(self._linear_offset(z, X, spec, linear, a, b))
+                start = "segment stage"
+            else:
+                linear = None
+                rounds, history, _ = boost(a * z + b)
         self.model_ = {
             "global": {"a": a, "b": b},
             "features": spec,
+            "linear": linear,
             "rounds": rounds,
-            "training": {"n_samples": n, "n_validation": int(validation.sum()), "min_samples_leaf": leaf, "history": history},
+            "training": {"n_samples": n, "validation": "5-fold" if len(splits) > 1 else f"{self.validation_fraction:g} held out",
+                         "min_samples_leaf": leaf, "start": start, "history": history},
         }
         self._forests = None
 
-    def _validation_rows(self, labels: np.ndarray) -> np.ndarray:
-        """A stratified random held-out part (each class in proportion, at least one row of each)."""
+    @staticmethod
+    def _linear_offset(z: np.ndarray, X: np.ndarray, spec: list[dict], linear: dict | None, a: float, b: float) -> np.ndarray:
+        """The first offset: the segment stage a' z + b' + sum_j beta_j[category] (rows of known
+        categories), else Platt's a z + b."""
+        if linear is None:
+            return a * z + b
+        eta = linear["a"] * z + linear["b"]
+        for j, column in enumerate(spec, start=1):
+            if column["name"] in linear["coefficients"]:
+                beta = np.asarray(linear["coefficients"][column["name"]], dtype=np.float64)
+                eta = eta + beta[X[:, j].astype(np.int64)]
+        return eta
+
+    def _splits(self, labels: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(fit rows, held-out rows): 5 stratified folds up to CV_MAX_ROWS rows (where one held-out
+        part is too small to stop on), else one stratified held-out part of ``validation_fraction``."""
+        n = labels.shape[0]
+        if n <= CV_MAX_ROWS:
+            folds = stratified_folds(labels, 5, self.seed)
+            return [(np.flatnonzero(folds != k), np.flatnonzero(folds == k)) for k in range(5)]
         rng = np.random.default_rng(self.seed)
-        held = np.zeros(labels.shape[0], dtype=bool)
+        held = np.zeros(n, dtype=bool)
         for value in (0, 1):
             rows = np.flatnonzero(labels == value)
             k = min(max(1, int(round(self.validation_fraction * rows.shape[0]))), rows.shape[0] - 1)
             held[rng.choice(rows, size=k, replace=False)] = True
-        return held
+        return [(np.flatnonzero(~held), np.flatnonzero(held))]
 
     # -- prediction --------------------------------------------------------------------------
     def prepare(self) -> None:
@@ -348,12 +490,13 @@ class MulticalibrationCalibrator(Calibrator):
         self._check_features(features, spec)
         z = to_logit(scores, self.input)
         offset = self.model_["global"]["a"] * z + self.model_["global"]["b"]
-        if not self._forests or (features is None and spec):
+        if features is None and spec:
             return sigmoid(offset)
         X, unknown = self._encode(features, spec) if spec else (np.empty((z.shape[0], 1)), np.zeros(z.shape[0], bool))
         known = ~unknown
         rows = X[known]
-        corrected = offset[known]
+        g = self.model_["global"]
+        corrected = self._linear_offset(z[known], rows, spec, self.model_.get("linear"), g["a"], g["b"])
         for forest in self._forests:
             rows[:, 0] = corrected
             corrected = corrected + forest.raw(rows)
