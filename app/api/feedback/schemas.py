@@ -75,7 +75,7 @@ class FeedbackReceipt(BaseModel):
 
 class UnmatchedLabel(BaseModel):
     id: str
-    label: int
+    label: int = Field(description="as stored: the class index (for named classes, the position in the version's classes)")
     received_at: datetime
     unmatched_at: datetime
 
