@@ -46,6 +46,11 @@ def _serve(args: argparse.Namespace) -> int:
     elif not settings.bootstrap_admin_key and not _any_keys(engine):
         print("calibd: no API keys exist: auth is off (loopback only)", file=sys.stderr)
     engine.dispose()
+    predictor = args.predictor or (f"http://{args.predictor_host}" if args.predictor_host else None)
+    if predictor:  # transformer mode's default predictor, read by every worker's app
+        os.environ["CALIBD_PREDICTOR_URL"] = predictor
+        get_settings.cache_clear()
+        print(f"calibd: transformer mode: /v2 infer requests without scores go to {predictor}", file=sys.stderr)
     if args.grpc_port is not None:  # read by every worker's app (each binds it, with SO_REUSEPORT)
         os.environ["CALIBD_GRPC_PORT"] = str(args.grpc_port)
         os.environ["CALIBD_GRPC_HOST"] = host
@@ -792,6 +797,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=int, default=1, help="serving processes (each with its own fit workers)")
     serve.add_argument("--grpc-port", type=int, metavar="PORT",
                        help="also serve the inference protocol (KServe v2) over gRPC on this port, in the same processes")
+    serve.add_argument("--predictor", metavar="URL",
+                       help="transformer mode: the inference protocol (REST) server whose model outputs calibd calibrates "
+                       "(the default for calibrators without their own in CALIBD_PREDICTORS)")
+    # The arguments KServe gives a transformer container: the predictor's host:port; the model's name
+    # (calibd serves each calibrator under its own); the port to listen on.
+    serve.add_argument("--predictor_host", help=argparse.SUPPRESS)
+    serve.add_argument("--model_name", help=argparse.SUPPRESS)
+    serve.add_argument("--http_port", dest="port", type=int, help=argparse.SUPPRESS)
     serve.set_defaults(handler=_serve)
 
     migrate = commands.add_parser("migrate", help="apply pending database migrations")

@@ -5,8 +5,17 @@ from __future__ import annotations
 from datetime import timedelta
 from functools import lru_cache
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class PredictorSetting(BaseModel):
+    """A calibrator's upstream model server (transformer mode): its base URL, the model's name there
+    (default: the calibrator's), and the output to calibrate (default: CALIBD_PREDICTOR_OUTPUT)."""
+
+    url: str
+    model: str | None = None
+    output: str | None = None
 
 
 class Settings(BaseSettings):
@@ -58,6 +67,18 @@ class Settings(BaseSettings):
     grpc_port: int | None = Field(default=None, ge=0, le=65535)
     #: The address the gRPC port listens on (``calibd serve`` sets it to its --host).
     grpc_host: str = "127.0.0.1"
+
+    #: Transformer mode: the inference protocol (REST) server that every calibrator without an entry in
+    #: ``predictors`` forwards /v2 infer requests without ``scores`` to (``calibd serve --predictor``).
+    predictor_url: str | None = None
+    #: The predictor's output that is calibrated (sklearn's under MLServer: predict_proba).
+    predictor_output: str = "predict_proba"
+    #: Per calibrator, its own predictor, as JSON: {"name": {"url": ..., "model": ..., "output": ...}}.
+    predictors: dict[str, PredictorSetting] = Field(default_factory=dict)
+    #: Seconds a predictor may take to answer before the caller gets 504.
+    predictor_timeout_seconds: float = Field(default=10, gt=0)
+    #: Connections kept open to the predictors (requests beyond wait for one, within the timeout).
+    predictor_max_connections: int = Field(default=32, gt=0)
 
     #: How often the closed-loop recalibration looks at calibrators with a policy.
     recalibration_interval_seconds: float = Field(default=30, gt=0)

@@ -18,6 +18,7 @@ from .api import (
 )
 from .api.bodies import BodySizeLimit
 from .api.calibrators.fit_pool import FitPool
+from .api.inference import transformer
 from .api.feedback.router import count_joins
 from .api.logs import RequestContext, configure_logging, flush_logs
 from .api.observability import PREDICTION_LOG_DROPPED, RequestMetrics, make_registry
@@ -85,6 +86,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
 
         app.state.services.fit_pool.start()
+        app.state.predictor_client = predictor_client = transformer.make_client(settings)
         grpc_server = None
         if settings.grpc_port is not None:  # the inference protocol over gRPC, in this event loop
             from .grpc_v2 import service as grpc_service
@@ -134,6 +136,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 task.cancel()
             if grpc_server is not None:
                 await grpc_server.stop(grace=5)
+            await predictor_client.aclose()
             await calibrators.jobs.interrupt_all(app.state.services)
             await run_in_threadpool(prediction_log.write, prediction_log.take())
             app.state.services.fit_pool.close()

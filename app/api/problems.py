@@ -36,7 +36,9 @@ TYPES = {
     415: "unsupported-media-type",
     422: "invalid-input",
     500: "internal-error",
+    502: "bad-gateway",
     503: "unavailable",
+    504: "gateway-timeout",
 }
 
 

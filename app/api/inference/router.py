@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
@@ -24,7 +25,7 @@ from ..health import readiness_problem
 from ..problems import Problem
 from ..state import services
 from ..validation import json_response, request_body
-from . import core
+from . import core, transformer
 from .schemas import InferenceRequest, InferenceResponse, Live, ModelMetadata, ModelReady, Ready, ServerMetadata
 from .tensors import DTYPES, TensorError, check_shape, datatype_of, from_bytes, from_json, to_bytes, to_json_data
 
@@ -33,6 +34,8 @@ router = APIRouter(prefix="/v2", tags=["inference protocol (v2)"])
 REQUIRE_INFER = require("calibrate")
 REQUIRE_METADATA = require("calibrate", "read")
 HEADER_LENGTH = "inference-header-content-length"
+#: Outputs calibd adds; in transformer mode any other requested output is the predictor's.
+CALIBD_OUTPUTS = frozenset({"probabilities", "intervals", "accepted", "decisions"})
 
 
 @router.get("/health/live", summary="Liveness (v2)", responses={200: {"model": Live}})
@@ -113,8 +116,58 @@ async def _infer(request: Request, name: str, version: str | None) -> Response:
     number = core.parse_version(version)
     app = services(request)
     ids, costs = request_parameters(data)
+    if not _has_scores(data):
+        predictor = transformer.predictor_for(app.settings, name)
+        if predictor is not None:
+            return await _transform(request, predictor, name, number, data, binary, ids, costs)
     loaded, outputs = await core.infer(app, name, number, read_inputs(data, binary), ids, costs)
     return respond(data, name, str(loaded.version), outputs)
+
+
+def _has_scores(data: dict[str, Any]) -> bool:
+    inputs = data.get("inputs")
+    return not isinstance(inputs, list) or any(isinstance(t, dict) and t.get("name") == "scores" for t in inputs)
+
+
+async def _transform(
+    request: Request,
+    predictor: transformer.Predictor,
+    name: str,
+    version: int | None,
+    data: dict[str, Any],
+    binary: memoryview | None,
+    ids: list[str] | None,
+    costs: Any,
+) -> Response:
+    """Transformer mode: the predictor answers the caller's request, calibd calibrates its output."""
+    app = services(request)
+    loaded = await core.resolve(app, name, version)  # an unknown calibrator is a 404 before any forwarding
+    forwarded = {key: value for key, value in data.items() if key != "outputs"}
+    # calibd's own parameters stay here; outputs come back as JSON (calibd encodes its own as asked)
+    parameters = {k: v for k, v in _object(data, "parameters", "").items() if k not in ("ids", "costs", "binary_data_output")}
+    if parameters:
+        forwarded["parameters"] = parameters
+    else:
+        forwarded.pop("parameters", None)
+    requested = data.get("outputs")
+    if isinstance(requested, list):  # the caller's named outputs, and the one calibd calibrates
+        names = [o.get("name") for o in requested if isinstance(o, dict)]
+        predictor_side = [{"name": n} for n in names if n not in CALIBD_OUTPUTS]
+        if predictor.output not in names:
+            predictor_side.append({"name": predictor.output})
+        forwarded["outputs"] = predictor_side
+    else:
+        forwarded["outputs"] = [{"name": predictor.output}]
+    if binary is not None:  # as JSON: not every model server takes binary inputs (MLServer does not)
+        forwarded["inputs"] = _json_inputs(data, binary)
+    answer, answer_binary = await transformer.forward(request.app.state.predictor_client, predictor, orjson.dumps(forwarded, option=orjson.OPT_SERIALIZE_NUMPY))
+    passthrough, raw = transformer.predictor_outputs(predictor, answer, answer_binary)
+    binary_scores = loaded.n_classes == 2 and "binary" in loaded.calibrator.tasks
+    scores = transformer.scores_for(loaded.n_classes, binary_scores, raw)
+    scores_input = core.Input("scores", "FP64", scores.shape, scores)
+    loaded, outputs = await core.infer(app, name, version, [scores_input], ids, costs)
+    passthrough = [(tensor, blob) for tensor, blob in passthrough if tensor.get("name") != "probabilities"]
+    return respond(data, name, str(loaded.version), outputs, passthrough)
 
 
 def split_body(body: bytes, header_length: str | None) -> tuple[dict[str, Any], memoryview | None]:
@@ -184,8 +237,37 @@ def read_inputs(data: dict[str, Any], binary: memoryview | None) -> list[core.In
     return tensors
 
 
-def respond(data: dict[str, Any], name: str, version: str, outputs: list[tuple[str, Any]]) -> Response:
-    """The inference response: the outputs asked for (all by default), each as JSON or binary data."""
+def _json_inputs(data: dict[str, Any], binary: memoryview) -> list[dict[str, Any]]:
+    """The request's input tensors with their binary data written out as JSON ``data``."""
+    tensors = []
+    for tensor, parsed in zip(data["inputs"], read_inputs(data, binary)):
+        plain = {key: value for key, value in tensor.items() if key != "parameters"}
+        parameters = {k: v for k, v in (tensor.get("parameters") or {}).items() if k != "binary_data_size"}
+        if parameters:
+            plain["parameters"] = parameters
+        plain["data"] = to_json_data(tensors_value(parsed))
+        tensors.append(plain)
+    return tensors
+
+
+def tensors_value(parsed: core.Input) -> Any:
+    if parsed.datatype == "BYTES":
+        return np.array([v.decode() if isinstance(v, bytes) else v for v in parsed.value], dtype=object)
+    return np.asarray(parsed.value)
+
+
+def respond(
+    data: dict[str, Any],
+    name: str,
+    version: str,
+    outputs: list[tuple[str, Any]],
+    passthrough: list[tuple[dict[str, Any], bytes | None]] = (),
+) -> Response:
+    """The inference response: the outputs asked for (all by default), each as JSON or binary data.
+
+    ``passthrough``: a predictor's outputs in transformer mode, sent on as they came, before
+    calibd's own (of which ``probabilities`` is always sent there).
+    """
     binary_default = _flag(_object(data, "parameters", ""), "binary_data_output", "/parameters", False)
     requested = data.get("outputs")
     available = dict(outputs)
@@ -197,11 +279,21 @@ def respond(data: dict[str, Any], name: str, version: str, outputs: list[tuple[s
         chosen = []
         for position, output in enumerate(requested):
             where = f"/outputs/{position}"
-            if not isinstance(output, dict) or not isinstance(output.get("name"), str) or output["name"] not in available:
+            if not isinstance(output, dict) or not isinstance(output.get("name"), str):
+                raise TensorError(where, f"outputs are among {sorted(available)}")
+            if output["name"] not in available:
+                if passthrough:
+                    continue  # the predictor's
                 raise TensorError(where, f"outputs are among {sorted(available)}")
             flags = _object(output, "parameters", where)
             chosen.append((output["name"], _flag(flags, "binary_data", where + "/parameters", binary_default)))
+        if passthrough and "probabilities" not in [output for output, _ in chosen]:
+            chosen.insert(0, ("probabilities", binary_default))
     tensors, blobs = [], []
+    for tensor, blob in passthrough:
+        tensors.append(tensor)
+        if blob is not None:
+            blobs.append(blob)
     for output, as_binary in chosen:
         value = available[output]
         tensor: dict[str, Any] = {"name": output, "datatype": datatype_of(value), "shape": list(value.shape)}

@@ -1,0 +1,153 @@
+"""Transformer mode end to end: tritonclient -> calibd -> a real MLServer serving a scikit-learn classifier.
+
+The classifier's outputs come back with calibrated ``probabilities`` added, equal bit for bit to
+/calibrate's on the classifier's raw output; feedback by the logged ids is joined. A predictor
+that is down answers 502, one that is too slow 504, and calibd stays healthy.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import httpx
+import numpy as np
+import pytest
+import tritonclient.http as triton
+
+from app.config import PredictorSetting, Settings
+
+from .conftest import LiveServer, free_port
+from .mlserver_env import MLServer
+from .oip_cases import assert_bit_identical, assert_feedback_joined, calibrate
+
+MODEL = "classifier"
+
+
+@pytest.fixture(scope="module")
+def mlserver(tmp_path_factory):
+    with MLServer(tmp_path_factory.mktemp("mlserver"), MODEL) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def silent_port():
+    """A predictor that accepts connections and never answers."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield listener.getsockname()[1]
+    stop.set()
+    thread.join()
+    for connection in held:
+        connection.close()
+    listener.close()
+
+
+@pytest.fixture(scope="module")
+def calibd(mlserver, silent_port, isolated_database_url):
+    predictors = {
+        "down": PredictorSetting(url=f"http://127.0.0.1:{free_port()}", model=MODEL),
+        "slow": PredictorSetting(url=f"http://127.0.0.1:{silent_port}", model=MODEL),
+    }
+    settings = Settings(
+        database_url=isolated_database_url, predictor_url=mlserver.url, predictors=predictors, predictor_timeout_seconds=1.0
+    )
+    with LiveServer(settings) as live:
+        yield live
+
+
+def features(n: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).normal(size=(n, 4))
+
+
+def ask(url: str, x: np.ndarray, outputs=("predict_proba",), binary=False, **kwargs):
+    """tritonclient's call; ``binary``: the outputs as binary data (MLServer takes its inputs as JSON only)."""
+    client = triton.InferenceServerClient(url.removeprefix("http://"), network_timeout=60)
+    try:
+        tensor = triton.InferInput("input-0", list(x.shape), "FP64")
+        tensor.set_data_from_numpy(x, binary_data=False)
+        requested = [triton.InferRequestedOutput(o, binary_data=binary) for o in outputs]
+        return client.infer(MODEL, [tensor], outputs=requested, **kwargs)
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="module")
+def fitted(calibd, mlserver):
+    """An isotonic calibrator named as the model, fitted on the classifier's own probabilities for a holdout."""
+    x = features(2000, 1)
+    raw = ask(mlserver.url, x).as_numpy("predict_proba")[:, 1]
+    rng = np.random.default_rng(2)
+    y = (x[:, 0] + 0.5 * x[:, 1] - x[:, 2] * x[:, 3] + rng.normal(scale=0.8, size=2000) > 0).astype(int)
+    with httpx.Client(base_url=calibd.url, timeout=120) as http:
+        for name in (MODEL, "down", "slow"):
+            body = {"name": name, "method": "isotonic", "holdout": {"scores": raw.tolist(), "labels": y.tolist()}}
+            assert http.post("/calibrators", json=body).status_code == 201
+
+
+@pytest.mark.parametrize("binary", [False, True], ids=["json", "binary-data"])
+def test_calibd_returns_the_classifier_outputs_with_calibrated_probabilities(calibd, mlserver, fitted, client_for, binary):
+    x = features(100, 3 + binary)
+    direct = ask(mlserver.url, x).as_numpy("predict_proba")
+    result = ask(calibd.url, x, outputs=("predict_proba", "probabilities"), binary=binary, request_id="t-1")
+    np.testing.assert_array_equal(result.as_numpy("predict_proba"), direct)
+    expected = calibrate(client_for, MODEL, direct[:, 1])["probabilities"]
+    assert_bit_identical(result.as_numpy("probabilities"), expected)
+    response = result.get_response()
+    assert response["model_name"] == MODEL and response["model_version"] == "1" and response["id"] == "t-1"
+
+
+def test_default_outputs_and_feedback_by_logged_ids(calibd, mlserver, fitted, client_for):
+    x = features(80, 5)
+    ids = [f"transformed-{i}" for i in range(80)]
+    client = triton.InferenceServerClient(calibd.url.removeprefix("http://"), network_timeout=60)
+    tensor = triton.InferInput("input-0", [80, 4], "FP64")
+    tensor.set_data_from_numpy(x)
+    result = client.infer(MODEL, [tensor], parameters={"ids": ids})  # no outputs named
+    client.close()
+    direct = ask(mlserver.url, x).as_numpy("predict_proba")
+    assert_bit_identical(result.as_numpy("probabilities"), calibrate(client_for, MODEL, direct[:, 1])["probabilities"])
+    labels = (np.random.default_rng(6).uniform(size=80) < direct[:, 1]).astype(int)
+    assert_feedback_joined(client_for, MODEL, ids, labels.tolist())
+
+
+def test_scores_input_is_calibrated_directly_even_with_a_predictor(calibd, fitted, client_for):
+    scores = np.linspace(0.05, 0.95, 20)
+    body = {"inputs": [{"name": "scores", "datatype": "FP64", "shape": [20], "data": scores.tolist()}]}
+    answer = client_for.post(f"/v2/models/{MODEL}/infer", json=body).json()
+    assert answer["outputs"][0]["data"] == calibrate(client_for, MODEL, scores)["probabilities"]
+
+
+def test_predictor_down_or_slow_is_502_or_504_and_calibd_stays_healthy(calibd, mlserver, fitted, client_for):
+    body = {"inputs": [{"name": "input-0", "datatype": "FP64", "shape": [2, 4], "data": features(2, 7).ravel().tolist()}]}
+    down = client_for.post("/v2/models/down/infer", json=body)
+    assert down.status_code == 502 and "127.0.0.1" in down.json()["error"], down.text
+    slow = client_for.post("/v2/models/slow/infer", json=body)
+    assert slow.status_code == 504 and "did not answer in time" in slow.json()["error"], slow.text
+    assert client_for.post("/v2/models/no-such-model/infer", json=body).status_code == 404
+    bad = {"inputs": [{"name": "input-0", "datatype": "FP64", "shape": [2, 3], "data": [0.0] * 6}]}
+    refused = client_for.post(f"/v2/models/{MODEL}/infer", json=bad)
+    assert refused.status_code == 502 and mlserver.url in refused.json()["error"]
+    assert client_for.get("/v2/health/live").status_code == 200
+    assert client_for.get("/v2/health/ready").status_code == 200
+    assert ask(calibd.url, features(3, 8), outputs=("probabilities",)).as_numpy("probabilities").shape == (3,)
+
+
+@pytest.fixture
+def client_for(calibd):
+    with httpx.Client(base_url=calibd.url, timeout=60) as http:
+        yield http
