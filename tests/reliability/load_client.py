@@ -109,7 +109,8 @@ class Load:
                 continue
             data = response.json()
             if path == "/feedback":
-                self.acknowledged[body["calibrator"]] += data["count"]
+                # Labels whose prediction was not written yet wait for it, and are joined (the caller waits).
+                self.acknowledged[body["calibrator"]] += data["count"] + data["pending"]
                 self.unknown_ids += len(data["unknown_ids"])
             elif kind == "calibrate_ids":
                 self.logged.append((time.monotonic(), body["calibrator"], body["ids"]))

@@ -86,6 +86,8 @@ def run_load(database_url: str, workdir: Path, seconds: float, concurrency: int 
         client = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=seconds + 600)
         assert client.returncode == 0, client.stderr[-5000:]
         result = json.loads(out.read_text())
+        waiting = "SELECT count(*) FROM pending_labels WHERE unmatched_at IS NULL"
+        wait_until(lambda: scalar(database_url, waiting) == 0, 30, 0.2, "labels that came early to be joined")
         metrics = httpx.get(server.url + "/metrics", timeout=60).text
         with _client(server.url, key) as http:
             fits = http.get("/calibrators/load-fits").json()
