@@ -334,6 +334,14 @@ class _Item:
     value: Any
 
 
+@dataclass(frozen=True)
+class _Attempt:
+    """Send ``call`` once; the client answers with the ``httpx.Response``, or the
+    ``httpx.TransportError`` it raised."""
+
+    call: _Call
+
+
 Operation = Generator[Any, Any, Any]
 
 
@@ -542,6 +550,34 @@ class _API:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"
+
+    # -- sending, with retries (one loop for both clients) ------------------------------------------
+    def _sent(self, operation: Operation) -> Operation:
+        """``operation`` with each request it makes sent under the retry policy. Yields what a client
+        does for it: ``_Attempt`` (one HTTP request), ``_Sleep`` and ``_Item``."""
+        reply = None
+        while True:
+            try:
+                step = operation.send(reply)
+            except StopIteration as done:
+                return done.value
+            reply = (yield from self._attempts(step)) if isinstance(step, _Call) else (yield step)
+
+    def _attempts(self, call: _Call) -> Operation:
+        """Attempts at ``call`` until one is answered, or another may not be made."""
+        attempt = 0
+        while True:
+            outcome = yield _Attempt(call)
+            if isinstance(outcome, httpx.TransportError):
+                wait = self.retry.after_error(call, outcome, attempt)
+                if wait is None:
+                    raise _connection_failed(self.url, outcome) from outcome
+            else:
+                wait = self.retry.after_response(call, outcome, attempt)
+                if wait is None:
+                    return _decode(call, outcome)
+            attempt += 1
+            yield _Sleep(wait)
 
     # -- fitting ---------------------------------------------------------------------------------
     @_operation
@@ -854,34 +890,24 @@ class Client(_API):
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _send(self, call: _Call) -> _Reply:
-        attempt = 0
-        while True:
-            try:
-                with self._request(call) as request:
-                    response = self.http.request(**request)
-            except httpx.TransportError as error:
-                wait = self.retry.after_error(call, error, attempt)
-                if wait is None:
-                    raise _connection_failed(self.url, error) from error
-            else:
-                wait = self.retry.after_response(call, response, attempt)
-                if wait is None:
-                    return _decode(call, response)
-                response.close()
-            attempt += 1
-            time.sleep(wait)
+    def _attempt(self, call: _Call) -> httpx.Response | httpx.TransportError:
+        try:
+            with self._request(call) as request:
+                return self.http.request(**request)
+        except httpx.TransportError as error:
+            return error
 
     def _drive(self, operation: Operation) -> Iterator[Any]:
-        reply = None
+        steps = self._sent(operation)
+        answer = None
         while True:
             try:
-                step = operation.send(reply)
+                step = steps.send(answer)
             except StopIteration as done:
                 return done.value
-            reply = None
-            if isinstance(step, _Call):
-                reply = self._send(step)
+            answer = None
+            if isinstance(step, _Attempt):
+                answer = self._attempt(step.call)
             elif isinstance(step, _Sleep):
                 time.sleep(step.seconds)
             else:
@@ -928,39 +954,27 @@ class AsyncClient(_API):
     async def __aexit__(self, *exc: Any) -> None:
         await self.aclose()
 
-    async def _send(self, call: _Call) -> _Reply:
-        import asyncio
-
-        attempt = 0
-        while True:
-            try:
-                with self._request(call) as request:
-                    response = await self.http.request(**request)
-            except httpx.TransportError as error:
-                wait = self.retry.after_error(call, error, attempt)
-                if wait is None:
-                    raise _connection_failed(self.url, error) from error
-            else:
-                wait = self.retry.after_response(call, response, attempt)
-                if wait is None:
-                    return _decode(call, response)
-                await response.aclose()
-            attempt += 1
-            await asyncio.sleep(wait)
+    async def _attempt(self, call: _Call) -> httpx.Response | httpx.TransportError:
+        try:
+            with self._request(call) as request:
+                return await self.http.request(**request)
+        except httpx.TransportError as error:
+            return error
 
     async def _drive(self, operation: Operation, results: list[Any]) -> AsyncIterator[Any]:
         import asyncio
 
-        reply = None
+        steps = self._sent(operation)
+        answer = None
         while True:
             try:
-                step = operation.send(reply)
+                step = steps.send(answer)
             except StopIteration as done:
                 results.append(done.value)
                 return
-            reply = None
-            if isinstance(step, _Call):
-                reply = await self._send(step)
+            answer = None
+            if isinstance(step, _Attempt):
+                answer = await self._attempt(step.call)
             elif isinstance(step, _Sleep):
                 await asyncio.sleep(step.seconds)
             else:
