@@ -234,7 +234,7 @@ def test_an_import_that_does_not_load_is_refused_and_writes_nothing(calibd, name
         (tampered(holdout_sha256="not-a-digest"), "/holdout_sha256"),
         (tampered(parameters={**export["parameters"], "state": {}}), "/parameters"),
         (tampered(parameters={**export["parameters"], "params": {"no_such_option": 1}}), "/parameters"),
-        (tampered(parameters={**export["parameters"], "state": {"a_": "x", "b_": [1, 2]}}), "/parameters"),
+        (tampered(parameters={**export["parameters"], "state": {"a_": "x", "b_": [1, 2]}}), "/parameters/state/a_"),
         (tampered(parameters={**export["parameters"], "method": "no-such-method"}), "/parameters/method"),
         ({key: value for key, value in export.items() if key != "parameters"}, "/parameters"),
     ]

@@ -8,9 +8,12 @@ digest. Exports need no route of their own: they are read from
 
 An import is checked before anything is written: the body is parsed as plain
 JSON (never code), the parameters are rebuilt with
-``app.calibration.from_dict``, their method, input and number of classes must
-agree with the document's, and the rebuilt calibrator must turn a few probe
-scores into finite probabilities. The version is then stored as it was
+``app.calibration.from_dict``, their learned state must pass the checks every
+fit's output passes (``Calibrator.check_state``: finite numbers, thresholds in
+order, probabilities within [0, 1], shapes that agree with each other and with
+the number of classes; a 422 names the field), their method, input and number
+of classes must agree with the document's, and the rebuilt calibrator must turn
+a few probe scores into finite probabilities. The version is then stored as it was
 exported, so it gives exactly the outputs it gave where it came from.
 """
 
@@ -26,13 +29,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from ..calibration import Calibrator, from_dict
+from ..calibration import CalibrationInputError, Calibrator, from_dict
 from ..storage import repository
 from .auth import REQUIRE_ADMIN
 from .bodies import parse_json_object, require_json
 from .calibrators.router import NamePath, version_out
 from .calibrators.schemas import VersionOut
-from .problems import Problem
+from .problems import Problem, input_error
 from .state import services
 from .validation import json_response, request_body, validate
 
@@ -91,9 +94,14 @@ def _rebuild(export: ExportedCalibrator) -> Calibrator:
     try:
         calibrator = from_dict(parameters)
         calibrator._validate_params()
-        calibrator._check_fitted()
     except Exception as error:  # untrusted data: any failure to load is the sender's
         raise refuse("/parameters", f"the parameters do not load as a {export.method} calibrator: {_reason(error)}") from None
+    try:
+        calibrator.check_state()  # what every fit's output passes
+    except CalibrationInputError as error:
+        raise state_problem(error) from None
+    except Exception as error:
+        raise refuse("/parameters/state", f"the learned state is not usable: {_reason(error)}") from None
     if calibrator.input != export.input:
         raise refuse("/input", f"the parameters are of a calibrator for input {calibrator.input!r}")
     if int(getattr(calibrator, "n_classes_", 2)) != export.n_classes:
@@ -109,6 +117,12 @@ def _rebuild(export: ExportedCalibrator) -> Calibrator:
         if not (np.all(np.isfinite(probabilities)) and np.all((probabilities >= 0) & (probabilities <= 1))):
             raise refuse("/parameters", "the calibrator turns probe scores into values that are not probabilities")
     return calibrator
+
+
+def state_problem(error: CalibrationInputError) -> Problem:
+    """A 422 at the place in ``parameters`` that a state check names: ``state.y_thresholds_``
+    and index 3 is /parameters/state/y_thresholds_/3; ``n_classes`` is /parameters/n_classes."""
+    return input_error(error, ("parameters",), {"input": ("parameters", "params", "input"), "options": ("parameters", "params")})
 
 
 def _reason(error: Exception) -> str:

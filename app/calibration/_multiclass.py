@@ -24,7 +24,7 @@ from typing import Any, Callable
 import numpy as np
 from scipy.optimize import minimize
 
-from .base import EPS, Calibrator
+from .base import EPS, Calibrator, CalibrationInputError, state_array
 
 
 def as_logits(scores: np.ndarray, input: str) -> np.ndarray:
@@ -256,3 +256,37 @@ def unpack_component(
     for a, name in enumerate(names):
         setattr(component, name, np.asarray(flat[name], dtype=np.float64)[offsets[index, a] : offsets[index + 1, a]])
     return component
+
+
+def check_packed(
+    calibrator: Calibrator,
+    cls: type[Calibrator],
+    input: str,
+    names: tuple[str, ...],
+    present: str,
+    n_components: int,
+    check_component: Callable[[Calibrator], None],
+) -> None:
+    """The learned state of components packed by ``pack_components``: the ``present`` flags
+    (0 or 1, one per class); ``offsets_`` of shape (n_components + 1, len(names)), whole
+    numbers from 0, in order, ending at the packed arrays' lengths; and ``check_component``
+    on each component that has a part, whose errors point into the packed arrays."""
+    flags = state_array(getattr(calibrator, present), present, within=(0.0, 1.0))
+    if flags.shape[0] != calibrator.n_classes_:
+        raise CalibrationInputError(f"state.{present}", f"has {flags.shape[0]} entries for {calibrator.n_classes_} classes")
+    offsets = state_array(calibrator.offsets_, "offsets_", ndim=2, shape=(n_components + 1, len(names)), non_decreasing=True)
+    flat = {name: state_array(getattr(calibrator, name), name) for name in names}
+    ends = [flat[name].shape[0] for name in names]
+    if (offsets[0] != 0).any() or (offsets[-1] != ends).any() or (offsets != np.floor(offsets)).any():
+        raise CalibrationInputError("state.offsets_", f"must be whole numbers from 0 to the packed lengths {ends}")
+    offsets = offsets.astype(np.int64)
+    for index in np.flatnonzero((np.diff(offsets, axis=0) > 0).any(axis=1)):
+        component = unpack_component(cls, input, names, flat, offsets, int(index))
+        try:
+            check_component(component)
+        except CalibrationInputError as error:
+            name = error.field.removeprefix("state.")
+            where = error.index
+            if name in names and where:  # from the component's part to the packed array
+                where = (int(where[0] + offsets[index, names.index(name)]), *where[1:])
+            raise CalibrationInputError(error.field, f"component {int(index)}: {error.detail}", where) from None

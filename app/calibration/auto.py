@@ -124,6 +124,11 @@ class AutoCalibrator(Calibrator):
             "chosen_fit": self.calibrator_.fit_info(),
         }
 
+    def _check_state(self) -> None:
+        # The chosen calibrator is checked as an attribute (``check_state``); it must be the one named.
+        if getattr(self.calibrator_, "method", None) != self.chosen_:
+            raise CalibrationInputError("state.chosen_", "must name the method of the stored calibrator_")
+
     def to_dict(self) -> dict[str, Any]:
         self._check_fitted()
         state = {

@@ -14,6 +14,7 @@ finite real), and converts to the scale it works on with ``to_logit`` or
 from __future__ import annotations
 
 import inspect
+import math
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any, ClassVar
@@ -414,6 +415,47 @@ class Calibrator(BaseEstimator):
         """What the fit learned that a person would want to read (JSON types)."""
         return {}
 
+    # -- learned state ---------------------------------------------------------
+    def check_state(self) -> Calibrator:
+        """Check the learned state; returns ``self``.
+
+        Every fit's output passes these checks, and an imported calibrator must pass
+        them before it is served: every learned attribute present, every number finite,
+        ``n_classes`` an integer >= 2 (2 for binary-only methods), and the method's own
+        checks (``_check_state``: shapes that agree, probabilities within [0, 1],
+        thresholds in order). Raises CalibrationInputError whose field names the
+        attribute (``state.y_thresholds_``, or ``n_classes``) and the first bad element.
+        """
+        missing = [a for a in self.fitted_attributes if not hasattr(self, a)]
+        if missing:
+            raise CalibrationInputError(f"state.{missing[0]}", "missing")
+        n_classes = getattr(self, "n_classes_", 2)
+        if isinstance(n_classes, bool) or not isinstance(n_classes, (int, np.integer)) or n_classes < 2:
+            raise CalibrationInputError("n_classes", "must be an integer >= 2")
+        if n_classes > 2 and self.tasks == ("binary",):
+            raise CalibrationInputError("n_classes", f"{self.method} calibrates binary scores: n_classes must be 2")
+        for name in self.fitted_attributes:
+            value = getattr(self, name)
+            if isinstance(value, Calibrator):
+                try:
+                    value.check_state()
+                except CalibrationInputError as error:
+                    raise CalibrationInputError(f"state.{name}.{error.field}", error.detail, error.index) from None
+            elif isinstance(value, np.ndarray):
+                if value.dtype.kind not in "fiu":
+                    raise CalibrationInputError(f"state.{name}", "must be an array of numbers")
+                bad = ~np.isfinite(value)
+                if bad.any():
+                    raise CalibrationInputError(f"state.{name}", "must be finite", _first_index(bad))
+            elif isinstance(value, float) and not math.isfinite(value):
+                raise CalibrationInputError(f"state.{name}", "must be finite")
+        self._check_state()
+        return self
+
+    def _check_state(self) -> None:
+        """The method's own checks of its learned state (see ``check_state``); helpers:
+        ``state_array`` and ``state_number``."""
+
     # -- serialisation --------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types: method name, options and learned state."""
@@ -435,6 +477,49 @@ class Calibrator(BaseEstimator):
             setattr(calibrator, name, _from_json(state[name]))
         calibrator.n_classes_ = 2
         return calibrator
+
+
+def state_array(
+    value: Any,
+    name: str,
+    ndim: int = 1,
+    shape: tuple[int | None, ...] | None = None,
+    within: tuple[float, float] | None = None,
+    non_decreasing: bool = False,
+) -> np.ndarray:
+    """A learned array checked: its dimensions and ``shape`` (None: any length), values
+    ``within`` [low, high], and for ``non_decreasing`` each element >= the one before it
+    (along the first axis). Raises CalibrationInputError at ``state.<name>``."""
+    field = f"state.{name}"
+    if not isinstance(value, np.ndarray) or value.ndim != ndim or value.dtype.kind not in "fiu":
+        raise CalibrationInputError(field, "must be a list of numbers" if ndim == 1 else f"must be a {ndim}-dimensional array of numbers")
+    if shape is not None and any(want is not None and have != want for have, want in zip(value.shape, shape)):
+        expected = " x ".join("n" if want is None else str(want) for want in shape)
+        raise CalibrationInputError(field, f"has shape {' x '.join(map(str, value.shape))}, expected {expected}")
+    if within is not None:
+        outside = (value < within[0]) | (value > within[1])
+        if outside.any():
+            raise CalibrationInputError(field, f"must lie within [{within[0]:g}, {within[1]:g}]", _first_index(outside))
+    if non_decreasing and value.shape[0] > 1:
+        falling = np.diff(value, axis=0) < 0
+        if falling.any():
+            index = _first_index(falling)
+            raise CalibrationInputError(field, "must be non-decreasing", (index[0] + 1, *index[1:]))
+    return value
+
+
+def state_number(value: Any, name: str, low: float | None = None, positive: bool = False) -> float:
+    """A learned number checked: finite, and ``>= low`` or ``> 0`` when asked (an array of
+    one number, as packed components hold their numbers, counts as that number)."""
+    if isinstance(value, np.ndarray) and value.shape == (1,):
+        value = value[0]
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not math.isfinite(value):
+        raise CalibrationInputError(f"state.{name}", "must be a finite number")
+    if positive and not value > 0:
+        raise CalibrationInputError(f"state.{name}", "must be positive")
+    if low is not None and value < low:
+        raise CalibrationInputError(f"state.{name}", f"must be at least {low:g}")
+    return float(value)
 
 
 def check_holdout(labels: np.ndarray, weights: np.ndarray, min_samples: int, n_classes: int = 2) -> None:

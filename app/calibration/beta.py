@@ -47,7 +47,7 @@ import numpy as np
 from scipy.optimize import brentq
 
 from ._logistic import fit_logistic
-from .base import EPS, Calibrator, CalibrationInputError, sigmoid
+from .base import EPS, Calibrator, CalibrationInputError, sigmoid, state_number
 
 VARIANTS = ("abm", "ab", "am")
 _LN2 = float(np.log(2.0))
@@ -150,6 +150,10 @@ class BetaCalibrator(Calibrator):
                 a, c = 0.0, base_logit
             b = a
         self.a_, self.b_, self.c_ = float(a), float(b), float(c)
+
+    def _check_state(self) -> None:
+        for name in ("a_", "b_", "c_"):
+            state_number(getattr(self, name), name)
 
     def _predict(self, scores: np.ndarray) -> np.ndarray:
         log_p, log_1mp = log_probabilities(scores, self.input)

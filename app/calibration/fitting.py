@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..metrics import brier, ece, evaluate, log_loss
-from .base import Calibrator, check_arrays, n_classes_of, to_probability
+from .base import CalibrationInputError, Calibrator, check_arrays, n_classes_of, to_probability
 from .crossfit import cross_val_predict_details
 from .registry import get_method
 
@@ -108,6 +108,10 @@ def fit_calibrator(
     started = time.perf_counter()
     calibrator._fit(scores, labels, weights, **extras)
     calibrator.n_classes_ = n_classes_of(scores, calibrator.tasks)
+    try:  # the checks an imported calibrator must pass too
+        calibrator.check_state()
+    except CalibrationInputError as error:
+        raise CalibrationInputError("scores", f"the fit on this holdout gives an unusable calibrator ({error})") from None
     fit_seconds = time.perf_counter() - started
     report(0.2, "cross-fitting")
     out_of_fold, out_of_fold_extras = cross_val_predict_details(

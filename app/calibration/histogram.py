@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import Calibrator, CalibrationInputError
+from .base import Calibrator, CalibrationInputError, state_array, state_number
 
 MAX_BINS = 1000
 
@@ -65,6 +65,15 @@ def check_n_bins(value: Any, field: str = "options.n_bins") -> None:
         raise CalibrationInputError(field, f"must be an integer from 1 to {MAX_BINS}")
 
 
+def check_bins(calibrator: Calibrator, edges_within: tuple[float, float] | None) -> None:
+    """The learned state of a histogram (``edges_``, ``values_``, ``bin_weights_``): edges in
+    order, one value and one weight per bin (one bin more than edges), values within [0, 1]."""
+    edges = state_array(calibrator.edges_, "edges_", within=edges_within, non_decreasing=True)
+    bins = (edges.shape[0] + 1,)
+    state_array(calibrator.values_, "values_", shape=bins, within=(0.0, 1.0))
+    state_array(calibrator.bin_weights_, "bin_weights_", shape=bins, within=(0.0, np.inf))
+
+
 class HistogramCalibrator(Calibrator):
     """Equal-mass histogram binning, each bin shrunk toward the base rate.
 
@@ -89,6 +98,11 @@ class HistogramCalibrator(Calibrator):
         s = self.prior_strength
         if isinstance(s, bool) or not isinstance(s, Real) or not np.isfinite(s) or s < 0:
             raise CalibrationInputError("options.prior_strength", "must be a finite number >= 0")
+
+    def _check_state(self) -> None:
+        check_bins(self, (0.0, 1.0) if self.input == "probability" else None)
+        if not 0.0 <= state_number(self.base_rate_, "base_rate_") <= 1.0:
+            raise CalibrationInputError("state.base_rate_", "must lie within [0, 1]")
 
     def _fit(self, scores: np.ndarray, labels: np.ndarray, weights: np.ndarray) -> None:
         edges = equal_mass_edges(scores, weights, int(self.n_bins))

@@ -40,7 +40,7 @@ import numpy as np
 from scipy.optimize import isotonic_regression
 
 from ._fastpath import quick_list
-from .base import Calibrator, CalibrationInputError
+from .base import Calibrator, CalibrationInputError, state_array
 
 
 def pool_ties(
@@ -241,6 +241,13 @@ class IsotonicCalibrator(Calibrator):
     method = "isotonic"
     monotone = True
     fitted_attributes = ("x_thresholds_", "y_thresholds_")
+
+    def _check_state(self) -> None:
+        # Thresholds in order, outputs probabilities in order: what makes predict monotone.
+        x = state_array(self.x_thresholds_, "x_thresholds_", within=(0.0, 1.0) if self.input == "probability" else None, non_decreasing=True)
+        if not x.shape[0]:
+            raise CalibrationInputError("state.x_thresholds_", "must not be empty")
+        state_array(self.y_thresholds_, "y_thresholds_", shape=x.shape, within=(0.0, 1.0), non_decreasing=True)
 
     def _fit(self, scores: np.ndarray, labels: np.ndarray, weights: np.ndarray) -> None:
         x, total, positive, _ = pool_ties(scores, labels, weights)

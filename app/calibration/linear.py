@@ -108,7 +108,7 @@ from ._multiclass import (
     row_blocks,
     softmax,
 )
-from .base import Calibrator, CalibrationInputError
+from .base import Calibrator, CalibrationInputError, state_array, state_number
 
 #: The largest K the full K x K variants accept.
 MAX_FULL_CLASSES = 200
@@ -164,6 +164,14 @@ class _LinearCalibrator(Calibrator):
     reg_lambda: float | None
     reg_mu: float
     max_iter: int
+
+    def _check_state(self) -> None:
+        k = int(self.n_classes_)
+        weights = self.weights_
+        ndim = weights.ndim if isinstance(weights, np.ndarray) and weights.ndim in (1, 2) else 2
+        state_array(weights, "weights_", ndim=ndim, shape=(k,) * ndim)
+        state_array(self.bias_, "bias_", shape=(k,))
+        state_number(self.reg_lambda_, "reg_lambda_", low=0.0)
 
     def _check_params(self) -> None:
         if self.reg_lambda is not None:

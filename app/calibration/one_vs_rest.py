@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ._multiclass import as_logits, one_vs_rest_logits, pack_components, softmax, unpack_component
+from ._multiclass import as_logits, check_packed, one_vs_rest_logits, pack_components, softmax, unpack_component
 from .base import Calibrator
 from .isotonic import IsotonicCalibrator
 from .platt import PlattCalibrator
@@ -52,6 +52,10 @@ class _OneVsRestCalibrator(Calibrator):
         z = as_logits(scores, self.input)
         probabilities = scores if self.input == "probability" else softmax(z)
         return one_vs_rest_logits(z), probabilities
+
+    def _check_state(self) -> None:
+        names = self.component.fitted_attributes
+        check_packed(self, self.component, "logit", names, "calibrated_", int(self.n_classes_), lambda part: part._check_state())
 
     def _fit(self, scores: np.ndarray, labels: np.ndarray, weights: np.ndarray) -> None:
         k = scores.shape[1]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._logistic import fit_logistic
-from .base import Calibrator, CalibrationInputError, sigmoid, to_logit
+from .base import Calibrator, CalibrationInputError, sigmoid, state_number, to_logit
 
 
 class PlattCalibrator(Calibrator):
@@ -33,6 +33,10 @@ class PlattCalibrator(Calibrator):
     def _check_params(self) -> None:
         if not isinstance(self.smooth_targets, bool):
             raise CalibrationInputError("options.smooth_targets", "must be true or false")
+
+    def _check_state(self) -> None:
+        state_number(self.a_, "a_")
+        state_number(self.b_, "b_")
 
     def _fit(self, scores: np.ndarray, labels: np.ndarray, weights: np.ndarray) -> None:
         z = to_logit(scores, self.input)

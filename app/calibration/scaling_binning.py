@@ -47,7 +47,8 @@ from typing import Any
 import numpy as np
 
 from .base import Calibrator
-from .histogram import check_n_bins
+from .base import state_number
+from .histogram import check_bins, check_n_bins
 from .platt import PlattCalibrator
 
 
@@ -111,6 +112,11 @@ class ScalingBinningCalibrator(Calibrator):
         platt = PlattCalibrator(input=self.input).fit(scores, labels, weights)
         self.platt_a_, self.platt_b_ = platt.a_, platt.b_
         self.edges_, self.values_, self.bin_weights_ = binned_means(platt._predict(scores), weights, int(self.n_bins))
+
+    def _check_state(self) -> None:
+        state_number(self.platt_a_, "platt_a_")
+        state_number(self.platt_b_, "platt_b_")
+        check_bins(self, (0.0, 1.0))  # the bins are over Platt's probabilities
 
     def _predict(self, scores: np.ndarray) -> np.ndarray:
         g = self._platt()._predict(scores)

@@ -34,7 +34,7 @@ import numpy as np
 from ._fastpath import plain_array, quick_extremes
 from ._logistic import fit_logistic
 from ._multiclass import MAX_TEMPERATURE, MIN_TEMPERATURE, as_logits, fit_inverse_temperature, softmax
-from .base import Calibrator, CalibrationInputError, sigmoid, to_logit
+from .base import Calibrator, CalibrationInputError, sigmoid, state_number, to_logit
 
 
 class TemperatureCalibrator(Calibrator):
@@ -81,6 +81,9 @@ class TemperatureCalibrator(Calibrator):
                 "scores", f"rows have {checked.shape[1]} columns but this calibrator was fitted on {k}", (0,)
             )
         return checked
+
+    def _check_state(self) -> None:
+        state_number(self.temperature_, "temperature_", positive=True)
 
     def _predict(self, scores: np.ndarray) -> np.ndarray:
         if scores.ndim == 2:

@@ -41,8 +41,8 @@ from typing import Any
 
 import numpy as np
 
-from ._multiclass import as_probabilities, pack_components, unpack_component
-from .base import Calibrator, CalibrationInputError
+from ._multiclass import as_probabilities, check_packed, pack_components, unpack_component
+from .base import Calibrator, CalibrationInputError, state_array
 from .histogram import HistogramCalibrator, check_n_bins
 
 
@@ -101,6 +101,17 @@ class TopLabelHistogramCalibrator(Calibrator):
         flat, self.offsets_ = pack_components(components, ("edges_", "values_"))
         self.edges_, self.values_ = flat["edges_"], flat["values_"]
         self.own_binning_ = np.array([c is not None for c in components[:k]], dtype=np.float64)
+
+    def _check_state(self) -> None:
+        def check_histogram(part: Calibrator) -> None:
+            edges = state_array(part.edges_, "edges_", within=(0.0, 1.0), non_decreasing=True)
+            state_array(part.values_, "values_", shape=(edges.shape[0] + 1,), within=(0.0, 1.0))
+
+        # A histogram per class, then the pooled one that every row may fall back to.
+        k = int(self.n_classes_)
+        check_packed(self, HistogramCalibrator, "probability", ("edges_", "values_"), "own_binning_", k + 1, check_histogram)
+        if not np.diff(self.offsets_[-2:, 1]).all():
+            raise CalibrationInputError("state.offsets_", "the pooled histogram (the last part) must not be empty")
 
     def _predict(self, scores: np.ndarray) -> np.ndarray:
         p = as_probabilities(scores, self.input)

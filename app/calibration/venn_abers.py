@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import isotonic_regression
 
-from .base import Calibrator
+from .base import Calibrator, CalibrationInputError, state_array
 from .isotonic import pool_ties
 
 
@@ -124,6 +124,13 @@ class VennAbersCalibrator(Calibrator):
     max_samples = 2_000_000
     monotone = True
     fitted_attributes = ("scores_", "p0_", "p1_")
+
+    def _check_state(self) -> None:
+        x = state_array(self.scores_, "scores_", within=(0.0, 1.0) if self.input == "probability" else None, non_decreasing=True)
+        if not x.shape[0]:
+            raise CalibrationInputError("state.scores_", "must not be empty")
+        for name in ("p0_", "p1_"):  # one value more than scores: below, between and above them
+            state_array(getattr(self, name), name, shape=(x.shape[0] + 1,), within=(0.0, 1.0), non_decreasing=True)
 
     def _fit(self, scores: np.ndarray, labels: np.ndarray, weights: np.ndarray) -> None:
         x, total, positive, negative = pool_ties(scores, labels, weights)
