@@ -16,12 +16,12 @@ from .api import (
     calibrate, calibrators, evaluate, feedback, health, inference, keys, observability, problems, recalibration, reports,
     transfer,
 )
-from .api.bodies import BodySizeLimit
+from .api.edge import Edge
 from .api.calibrators.fit_pool import FitPool
 from .api.inference import transformer
 from .api.feedback.router import count_joins
-from .api.logs import RequestContext, configure_logging, flush_logs
-from .api.observability import PREDICTION_LOG_DROPPED, RequestMetrics, make_registry
+from .api.logs import configure_logging, flush_logs
+from .api.observability import PREDICTION_LOG_DROPPED, make_registry
 from .api.state import Services
 from .config import Settings, get_settings
 from .storage import feedback as feedback_store
@@ -155,7 +155,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         observability, inference,
     ):
         app.include_router(module.router)
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
-    app.add_middleware(RequestMetrics)
-    app.add_middleware(RequestContext)
+    # One layer: request id, body limit, duration histogram, access line; and the shortcut to
+    # the routes served by plain ASGI endpoints (/calibrate).
+    app.add_middleware(Edge, max_bytes=settings.max_body_bytes)
     return app

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from app.api.calibrate.router import _float_array
-from app.api.logs import JsonFormatter, _new_id, _utc_milliseconds
+from app.api.logs import JsonFormatter, _utc_milliseconds, new_request_id
 from app.calibration._logistic import fit_logistic
 from app.calibration._multiclass import as_logits, softmax
 from app.calibration.base import Calibrator, CalibrationInputError
@@ -261,7 +261,7 @@ def test_log_time_and_ids_are_the_standard_ones():
     for created in [*rng.uniform(0, 2e9, 2000), 1700000000.9999995, 1700000000.0009995, 0.0]:
         assert _utc_milliseconds(created) == datetime.fromtimestamp(created, timezone.utc).isoformat(timespec="milliseconds")
     for _ in range(100):
-        value = uuid.UUID(hex=_new_id())
+        value = uuid.UUID(hex=new_request_id())
         assert value.version == 4 and value.variant == uuid.RFC_4122
 
 

@@ -18,6 +18,15 @@ from .state import services
 bearer = HTTPBearer(auto_error=False, description="an API key: calibd keys create --scope ...")
 
 
+def bearer_token(authorization: str | None) -> str | None:
+    """The key of an ``Authorization: Bearer <key>`` header value, else None (as ``bearer`` reads it)."""
+    if not authorization:
+        return None
+    scheme, _, token = authorization.partition(" ")
+    token = token.strip()
+    return token if token and scheme.lower() == "bearer" else None
+
+
 def require(*scopes: str):
     """A dependency that lets the request through if its key holds one of ``scopes`` (or admin)."""
 

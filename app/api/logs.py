@@ -23,9 +23,7 @@ import weakref
 from datetime import datetime, timezone
 
 import orjson
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .problems import is_oip, problem_response
 
 request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 
@@ -89,8 +87,9 @@ _LINGER_SECONDS = 0.25
 class BackgroundStreamHandler(logging.StreamHandler):
     """A StreamHandler that formats in the caller's thread and writes from a thread of its own.
 
-    A request's access line is formatted where it is logged (the request id is
-    read there), then queued; a writer thread writes whatever is queued in one
+    A record is formatted where it is logged (the request id is read there),
+    then queued; an access line is queued as its fields (``access_line``) and
+    formatted by the writer; a writer thread writes whatever is queued in one
     write. The event loop never waits on stderr: a log collector that falls
     behind, a full pipe or a file whose page is being written back stalled
     /calibrate for 15-40 ms at a time before, the longest waits of its tail
@@ -111,7 +110,8 @@ class BackgroundStreamHandler(logging.StreamHandler):
 
     def __init__(self, stream=None, capacity: int = 10_000):
         super().__init__(stream)
-        self._lines: collections.deque[str] = collections.deque()
+        #: Formatted lines, and access entries (tuples) that the writer formats.
+        self._lines: collections.deque[str | tuple] = collections.deque()
         self._capacity = capacity
         self._write_lock = threading.Lock()  # one batch at a time, in order
         self._writer_started = False
@@ -125,9 +125,16 @@ class BackgroundStreamHandler(logging.StreamHandler):
         except Exception:
             self.handleError(record)
             return
+        self._queue(line)
+
+    def queue_access(self, entry: tuple) -> None:
+        """Queue an access line's fields (``access_line``); the writer formats them."""
+        self._queue(entry)
+
+    def _queue(self, item: str | tuple) -> None:
         if not self._writer_started:  # first use, or first in a forked child
             self._start_writer()
-        self._lines.append(line)
+        self._lines.append(item)
         if len(self._lines) >= self._capacity:
             self._write_queued()
 
@@ -154,8 +161,10 @@ class BackgroundStreamHandler(logging.StreamHandler):
             batch = [self._lines.popleft() for _ in range(len(self._lines))]
             if not batch:
                 return
+            terminator = self.terminator
+            text = "".join(item if type(item) is str else format_access(item) + terminator for item in batch)
             try:
-                self.stream.write("".join(batch))
+                self.stream.write(text)
                 self.stream.flush()
             except Exception:  # stderr closed: nothing to report to
                 pass
@@ -198,70 +207,81 @@ def configure_logging(level: str = "INFO") -> None:
     logging.getLogger("uvicorn.access").disabled = True
 
 
-def _new_id() -> str:
+def new_request_id() -> str:
     """``uuid.uuid4().hex`` (version 4, RFC 4122 variant) without building a UUID object."""
     value = int.from_bytes(os.urandom(16), "big")
     value = (value & ~(0xF000 << 64) | (4 << 76)) & ~(0xC000 << 48) | (0x8000 << 48)
     return f"{value:032x}"
 
 
-class RequestContext:
-    """Assigns each request its id, echoes it as X-Request-ID, and writes the access line."""
+def valid_request_id(given: str) -> bool:
+    """Whether a client's X-Request-ID is sane enough to carry into the logs."""
+    return _ACCEPTED_ID.match(given) is not None
 
-    def __init__(self, app: ASGIApp):
-        self.app = app
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        given = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"x-request-id"), None)
-        rid = given if given and _ACCEPTED_ID.match(given) else _new_id()
-        token = request_id.set(rid)
-        started = time.perf_counter()
-        status = 500
-        started_response = False
+def access_line(method: str, path: str, route: str | None, status: int, duration: float, rid: str) -> None:
+    """Log a request's access line: ``"<method> <path> <status>"`` with those fields, its route
+    template and its duration in milliseconds.
 
-        async def send_with_id(message: Message) -> None:
-            nonlocal status, started_response
-            if message["type"] == "http.response.start":
-                status = message["status"]
-                started_response = True
-                message["headers"] = [*message.get("headers", []), (b"x-request-id", rid.encode())]
-            await send(message)
+    When the line would reach only calibd's JSON log writer (as ``calibd serve``
+    configures it), its fields are queued as a tuple and the writer thread
+    formats them: the request pays for an append, not for a LogRecord, the
+    logging module's handler walk and the JSON encoding. Otherwise (another
+    handler or a filter in the way, tests' capturing handlers included) it is
+    logged as any record is.
+    """
+    handler = _sole_writer()
+    if handler is not None:
+        handler.queue_access((time.time(), rid, method, path, route, status, duration))
+        return
+    if access_logger.isEnabledFor(logging.INFO):
+        # access_logger.info(...) without its search of the stack for the caller's
+        # file and line, which no access line shows: the same record, handlers and filters.
+        access_logger.handle(
+            access_logger.makeRecord(
+                access_logger.name, logging.INFO, "(unknown file)", 0, "%s %s %d", (method, path, status), None,
+                extra={"method": method, "path": path, "route": route, "status": status,
+                       "duration_ms": round(duration * 1000, 3)},
+            )
+        )
 
-        try:
-            await self.app(scope, receive, send_with_id)
-        except Exception:
-            # Answered here rather than by Starlette's outermost handler, so that the
-            # error's log line and the 500 both carry the request id.
-            if started_response:
-                raise
-            logging.getLogger("calibd").exception("unhandled error on %s %s", scope["method"], scope["path"])
-            await problem_response(
-                500, f"internal error; see the server log (request id {rid})", oip=is_oip(scope)
-            )(scope, receive, send_with_id)
-        finally:
-            if access_logger.isEnabledFor(logging.INFO):
-                route = scope.get("route")
-                # access_logger.info(...) without its search of the stack for the caller's
-                # file and line, which no access line shows: the same record, handlers and filters.
-                access_logger.handle(
-                    access_logger.makeRecord(
-                        access_logger.name,
-                        logging.INFO,
-                        "(unknown file)",
-                        0,
-                        "%s %s %d",
-                        (scope["method"], scope["path"], status),
-                        None,
-                        extra={
-                            "method": scope["method"],
-                            "path": scope["path"],
-                            "route": getattr(route, "path", None),
-                            "status": status,
-                            "duration_ms": round((time.perf_counter() - started) * 1000, 3),
-                        },
-                    )
-                )
-            request_id.reset(token)
+
+def _sole_writer() -> BackgroundStreamHandler | None:
+    """The JSON log writer, if it is the only handler an access record would reach and nothing
+    (a filter, a level) would stop or change it there; else None."""
+    logger = access_logger
+    if logger.disabled or logger.filters or not logger.isEnabledFor(logging.INFO):
+        return None
+    found = None
+    current: logging.Logger | None = logger
+    while current is not None:
+        for handler in current.handlers:
+            if (found is not None or type(handler) is not BackgroundStreamHandler or handler.filters
+                    or type(handler.formatter) is not JsonFormatter or handler.level > logging.INFO):
+                return None
+            found = handler
+        if not current.propagate:
+            break
+        current = current.parent
+    return found
+
+
+def format_access(entry: tuple) -> str:
+    """The JSON line of a queued access entry: what JsonFormatter makes of the access record."""
+    created, rid, method, path, route, status, duration = entry
+    line = {
+        "time": _utc_milliseconds(created),
+        "level": "info",
+        "logger": access_logger.name,
+        "message": f"{method} {path} {status}",
+        "request_id": rid,
+        "method": method,
+        "path": path,
+        "route": route,
+        "status": status,
+        "duration_ms": round(duration * 1000, 3),
+    }
+    try:
+        return orjson.dumps(line).decode()
+    except orjson.JSONEncodeError:  # a path with a lone surrogate
+        return json.dumps(line, default=str)

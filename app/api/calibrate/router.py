@@ -10,22 +10,23 @@ import os
 import struct
 
 import numpy as np
-from fastapi import APIRouter, Request
+import orjson
+from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
-from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from ...calibration import CalibrationInputError
 from ...calibration._fastpath import LIST_MAX
 from ...calibration.base import boolean_index, may_hold_booleans
 from ...calibration.decisions import check_costs, decide
 from ...storage.cache import LoadedCalibrator
-from ..bodies import parse_json_object, require_json
+from ..auth import REQUIRE_CALIBRATE
+from ..edge import answer_error, asgi_route, json_request, send_json
 from ..observability import CALIBRATE_REQUESTS, CALIBRATE_SCORES
 from ..problems import Problem, input_error
-from ..state import Services, services
-from ..validation import MAX_VERSION, json_response, request_body
+from ..state import Services
+from ..validation import MAX_VERSION, request_body
 from .schemas import CalibrateRequest, CalibrateResponse
-from ..auth import REQUIRE_CALIBRATE
 
 router = APIRouter(tags=["calibrate"])
 
@@ -34,22 +35,30 @@ _FIELDS = frozenset({"calibrator", "version", "scores", "ids", "costs"})
 MAX_ID_LENGTH = 128
 
 
-@router.post(
-    "/calibrate",
+async def calibrate(scope: Scope, receive: Receive, send: Send) -> None:
+    """POST /calibrate, a plain ASGI endpoint (``asgi_route``): key, body, calibration, answer."""
+    try:
+        app = scope["app"].state.services
+        data = await json_request(scope, receive, app, "calibrate")
+        name, version, scores, ids, arrays = _envelope(data)
+        loaded, probabilities, extras = await calibrate_batch(app, name, version, scores, ids, arrays, data.get("costs"))
+        body = {"calibrator": name, "version": loaded.version, "probabilities": probabilities, **extras}
+        if loaded.classes is not None:
+            body["classes"] = loaded.classes  # the order of the columns (or of class 1 for binary)
+        payload = orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
+    except Exception as error:
+        await answer_error(scope, receive, send, error)
+        return
+    await send_json(send, payload)
+
+
+asgi_route(
+    router, "/calibrate", calibrate, ["POST"],
     dependencies=[REQUIRE_CALIBRATE],
     summary="Calibrate a batch of scores",
     openapi_extra=request_body(("application/json", CalibrateRequest)),
     responses={200: {"model": CalibrateResponse}, 404: {}, 409: {}, 413: {}, 415: {}, 422: {}},
 )
-async def calibrate(request: Request) -> Response:
-    require_json(request.headers)
-    data = parse_json_object(await request.body())
-    name, version, scores, ids, arrays = _envelope(data)
-    loaded, probabilities, extras = await calibrate_batch(services(request), name, version, scores, ids, arrays, data.get("costs"))
-    body = {"calibrator": name, "version": loaded.version, "probabilities": probabilities, **extras}
-    if loaded.classes is not None:
-        body["classes"] = loaded.classes  # the order of the columns (or of class 1 for binary)
-    return json_response(body)
 
 
 async def calibrate_batch(
@@ -172,10 +181,16 @@ if os.environ.get("CALIBD_BENCHMARK_ROUTES") == "1":
     # scores made the float64 array the calibrator would get, with the same middleware
     # and auth, answered with that array without calibrating. /calibrate's throughput
     # over this one is the cost of calibration.
-    @router.post("/benchmark/calibrate-baseline", dependencies=[REQUIRE_CALIBRATE], include_in_schema=False)
-    async def calibrate_baseline(request: Request) -> Response:
-        require_json(request.headers)
-        data = parse_json_object(await request.body())
-        name, version, scores, ids, arrays = _envelope(data)
-        values = _float_array(scores)
-        return json_response({"calibrator": name, "version": version or 1, "probabilities": scores if values is None else values})
+    async def calibrate_baseline(scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            data = await json_request(scope, receive, scope["app"].state.services, "calibrate")
+            name, version, scores, ids, arrays = _envelope(data)
+            values = _float_array(scores)
+            body = {"calibrator": name, "version": version or 1, "probabilities": scores if values is None else values}
+            payload = orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
+        except Exception as error:
+            await answer_error(scope, receive, send, error)
+            return
+        await send_json(send, payload)
+
+    asgi_route(router, "/benchmark/calibrate-baseline", calibrate_baseline, ["POST"], include_in_schema=False)
