@@ -8,32 +8,41 @@ gradient-boosted tree whose splits are on those features and on the score
 finds the segments where it can be, with the current logit as the offset
 (init score) so that the trees learn the correction only:
 
-    f_0(x) = a z + b                                    (z = logit of the score; a, b: Platt's fit, the global correction)
-    f_r(x) = f_{r-1}(x) + T_r(f_{r-1}(x), features)      (T_r: a LightGBM ensemble fitted with offset f_{r-1})
+    g(x)   = a z + b                                      (z: the score's logit; Platt's fit, the global correction)
+    f_0(x) = a' z + b' + sum_j beta_j[category_j(x)]      (the segment stage, penalised; else f_0 = g)
+    f_r(x) = f_{r-1}(x) + T_r(f_{r-1}(x), features)       (T_r: LightGBM trees boosted from offset f_{r-1})
     p      = sigmoid(f_R(x))
 
 Each round's trees see the previous round's logit as a feature, so a later
 round can split on where the earlier corrections moved a row (MCGrad's
-rounds). Guards against fitting noise in small segments: a held-out split
-(``validation_fraction``, stratified) early-stops the trees within a round
-(``patience``) and stops the rounds when the held-out log loss stops falling;
-leaves hold at least ``min_samples_leaf`` rows, categories are pooled below
-that many (LightGBM's ``min_data_per_group``), and leaf values are shrunk by
-an L2 penalty (``l2``). Differences from MCGrad, for speed at the same error:
-a larger learning rate with early stopping inside each round (MCGrad fits a
-fixed 94 trees at rate 0.029 per round, and on fewer than 2.5 million rows
-picks its number of rounds by 5-fold cross-validation), and Platt's global
-correction as the first offset.
+rounds). Guards against fitting noise in small segments: held-out rows (one
+stratified part of ``validation_fraction``, or 5 folds up to CV_MAX_ROWS
+rows) early-stop the trees within a round (``patience``) and stop the rounds
+when the held-out log loss stops falling; each round is then fitted on every
+row with the number of trees found; leaves hold at least ``min_samples_leaf``
+rows, categories are pooled below that many (LightGBM's
+``min_data_per_group``), and leaf values and category biases are shrunk by an
+L2 penalty (``l2``).
+
+Where this departs from MCGrad, for speed at the same error: the segment
+stage f_0, a logistic regression of the label on the logit and one bias per
+category with an L2 penalty (Newton's method; ``_segment_offsets``), fits
+the additive per-segment biases that trees would need many small steps for;
+it is kept only when it wins out of sample (on the held-out part; with folds,
+when the trees from its out-of-fold offsets end with the lower log loss).
+The trees then use a larger learning rate with early stopping inside each
+round (MCGrad fits 94 trees at rate 0.029 per round and, under 2.5 million
+rows, cross-validates its number of rounds).
 
 LightGBM, not scikit-learn's HistGradientBoosting: boosting from an offset
 (``init_score``) is what each round needs, and HistGradientBoosting has none.
 
-The fitted model is plain JSON: per round, flat arrays of tree nodes
-(feature, threshold, categories, children, default direction, missing-value
-rule) and leaf values; ``predict`` walks them with numpy, every tree of a
-round at once, and gives what LightGBM's own predict gives (to rounding).
-A row with a category the fit never saw, or a request without ``features``,
-gets the global correction f_0 alone.
+The fitted model is plain JSON: g, f_0's coefficients per category, and per
+round flat arrays of tree nodes (feature, threshold, categories, children,
+default direction, missing-value rule) and leaf values; ``predict`` walks
+them with numpy, every tree of a round at once, and gives what LightGBM's own
+predict gives (to rounding). A row with a category the fit never saw, or a
+request without ``features``, gets the global correction g alone.
 """
 
 from __future__ import annotations
