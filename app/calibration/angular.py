@@ -411,6 +411,16 @@ def _cached(key: tuple, compute: Callable[[], dict[str, float]]) -> dict[str, fl
 # -- the calibrator -----------------------------------------------------------
 
 
+# scikit-learn estimator checks that need a fit from scores and labels alone.
+ANGULAR_FITTING_CHECKS = (
+    "check_all_zero_sample_weights_error", "check_estimators_dtypes", "check_estimators_fit_returns_self",
+    "check_estimators_nan_inf", "check_estimators_overwrite_params", "check_estimators_pickle",
+    "check_fit_check_is_fitted", "check_fit_idempotent", "check_pipeline_consistency",
+    "check_positive_only_tag_during_fit", "check_readonly_memmap_input", "check_sample_weights_list",
+    "check_sample_weights_not_an_array", "check_sample_weights_pandas_series",
+)
+
+
 class AngularCalibrator(Calibrator):
     """Angular calibration (Li & Sur): the exact conditional probability of y given u = w_hat'x
     under a Gaussian design, with the angle between w_hat and w* estimated from the training data.
@@ -464,6 +474,25 @@ class AngularCalibrator(Calibrator):
         self.max_dimension = max_dimension
         self.stationarity_tol = stationarity_tol
         self.sign_estimator = sign_estimator
+
+    def fit(self, scores: Any, labels: Any, sample_weight: Any = None, **arrays: Any) -> AngularCalibrator:  # type: ignore[override]
+        """Fit on the holdout (``scores`` u = w_hat'x, ``labels``) given the training ``X``,
+        ``y`` and ``w_hat`` by name: those names are taken, so the holdout keeps its own."""
+        return self._fit_holdout(scores, labels, sample_weight, arrays)
+
+    def expected_failed_checks(self) -> dict[str, str]:
+        """Every check that fits: they pass scores and labels, not the training design."""
+        needs = (
+            "angular needs the training design X, y and w_hat (and the option lambda) beside the "
+            "holdout; the check passes only X and y (tests/test_angular.py tests its fit)"
+        )
+        expected = super().expected_failed_checks() | dict.fromkeys(ANGULAR_FITTING_CHECKS, needs)
+        del expected["check_fit1d"]  # refused, as the check expects (for want of lambda)
+        expected["check_fit_score_takes_y"] = (
+            "angular's extra arrays are named X and y (the training design and labels), "
+            "so its holdout arguments are named scores and labels"
+        )
+        return expected
 
     def link_parameters(self) -> tuple[str, float, float]:
         """(family, scale a, offset b) of the label link, defaults filled in."""

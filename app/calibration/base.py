@@ -17,10 +17,14 @@ import inspect
 import math
 from dataclasses import dataclass
 from itertools import chain
+from numbers import Real
 from typing import Any, ClassVar
 
 import numpy as np
+from scipy import sparse
 from sklearn.base import BaseEstimator  # clone(), Pipeline and estimator tags work on every calibrator
+from sklearn.exceptions import NotFittedError as SklearnNotFittedError
+from sklearn.utils import ClassifierTags, Tags
 
 from ._fastpath import quick_scores
 
@@ -48,8 +52,14 @@ class CalibrationInputError(ValueError):
         super().__init__(f"{where}: {detail}")
 
 
-class NotFittedError(RuntimeError):
-    """``predict`` was called before ``fit``."""
+class NotFittedError(SklearnNotFittedError):
+    """``predict`` was called before ``fit`` (scikit-learn's ``NotFittedError``, as its
+    ``check_is_fitted`` and estimator checks expect)."""
+
+
+class CalibrationInputTypeError(CalibrationInputError, TypeError):
+    """An element that is not a number where numbers are expected (a TypeError too, as
+    numpy's conversion raises)."""
 
 
 def _first_index(mask: np.ndarray) -> tuple[int, ...]:
@@ -317,19 +327,104 @@ class Calibrator(BaseEstimator):
     def _check_params(self) -> None:
         """Raise CalibrationInputError for invalid options (field ``options.<name>``)."""
 
+    def __sklearn_is_fitted__(self) -> bool:
+        return all(hasattr(self, a) for a in self.fitted_attributes)
+
     def _check_fitted(self) -> None:
-        missing = [a for a in self.fitted_attributes if not hasattr(self, a)]
-        if missing:
-            raise NotFittedError(f"{type(self).__name__} is not fitted yet; call fit first")
+        if not self.__sklearn_is_fitted__():
+            raise NotFittedError(f"This {type(self).__name__} instance is not fitted yet; call fit first")
 
     # -- the contract -------------------------------------------------------
-    def fit(self, scores: Any, labels: Any, sample_weight: Any = None, **arrays: Any) -> Calibrator:
-        """Fit on a labelled holdout: 0/1 labels for binary scores, 0..K-1 for rows of K."""
+    def fit(self, X: Any, y: Any, sample_weight: Any = None, **arrays: Any) -> Calibrator:
+        """Fit on a labelled holdout: ``X`` the scores, ``y`` the labels.
+
+        ``X``: 1-D scores or one column (n, 1) for binary methods, rows (n, K) for
+        multiclass and multivariate ones. ``y``: 0/1 for binary scores (or any two
+        values, the larger one the positive class, as scikit-learn orders ``classes_``),
+        0..K-1 (or K class names) for rows of K. Extra arrays (``features``, ...) by name.
+        """
+        return self._fit_holdout(X, y, sample_weight, arrays)
+
+    def _fit_holdout(self, X: Any, y: Any, sample_weight: Any, arrays: dict[str, Any]) -> Calibrator:
+        if y is None:
+            raise CalibrationInputError("labels", f"{type(self).__name__} requires y to be passed, but the target y is None")
+        scores = self._scores_from_X(X, reset=True)
         self._validate_params()
-        scores, labels, weights, _ = self.check_holdout_arrays(scores, labels, sample_weight)
+        labels, classes = _labels_from_y(y, n_classes_of(scores, self.tasks))
+        scores, labels, weights, names = self.check_holdout_arrays(scores, labels, sample_weight)
         self._fit(scores, labels, weights, **check_arrays(arrays, self.fit_arrays, scores.shape[0]))
         self.n_classes_ = n_classes_of(scores, self.tasks)
+        if names is not None:
+            classes = np.asarray(names)
+        self.classes_ = classes if classes is not None else np.arange(self.n_classes_)
         return self
+
+    def _scores_from_X(self, X: Any, reset: bool) -> np.ndarray:
+        """scikit-learn's ``X`` as the scores this calibrator takes (``fit``, ``predict``).
+
+        A column (n, 1) is taken as flat binary scores. ``fit`` records ``n_features_in_``
+        (1 for flat scores) and a DataFrame's ``feature_names_in_``; ``predict`` checks
+        them. Messages follow scikit-learn's conventions; the service's own entry points
+        (``check_holdout_arrays``, ``predict_details``) keep theirs.
+        """
+        name = type(self).__name__
+        if sparse.issparse(X):
+            raise CalibrationInputError("scores", "sparse input is not supported; pass a dense array (X.toarray())")
+        columns = _column_names(X)
+        try:
+            array = np.asarray(X)
+        except ValueError:
+            array = X  # ragged rows: as_float_array says so
+        else:
+            if array.dtype.kind == "O":
+                array = _numbers_from_objects(array, "scores")
+            if array.dtype.kind == "c":
+                raise CalibrationInputError("scores", "Complex data not supported: scores must be real numbers")
+            if array.ndim == 0:
+                raise CalibrationInputError(
+                    "scores", "got a single number, not an array: Reshape your data, e.g. np.atleast_1d(score)"
+                )
+        # Numbers and finiteness first, so NaN is named even in an array of the wrong shape.
+        scores = as_float_array(array, "scores", ndim=(1, 2))
+        n_features = 1 if scores.ndim == 1 else scores.shape[1]
+        binary = "binary" in self.tasks
+        if reset:
+            rows_only = self.tasks == ("multiclass",)  # rows of K >= 2 class scores
+            minimum = 2 if rows_only else 1
+            if scores.ndim == 1 and rows_only:
+                raise CalibrationInputError(
+                    "scores", f"{name} takes rows of scores, got a 1-D array: Reshape your data with X.reshape(1, -1) for one row"
+                )
+            if n_features < minimum:
+                raise CalibrationInputError(
+                    "scores", f"found {n_features} feature(s) (shape={scores.shape}) while a minimum of {minimum} is required."
+                )
+            if self.tasks == ("binary",) and n_features > 1:
+                raise CalibrationInputError(
+                    "scores", f"{name} takes one score per row (1-D, or one column) but X has {n_features} feature(s) (shape={scores.shape})"
+                )
+            self.n_features_in_ = n_features
+            if columns is not None:
+                self.feature_names_in_ = columns
+            elif hasattr(self, "feature_names_in_"):
+                del self.feature_names_in_
+        else:
+            self._check_fitted()
+            expected = getattr(self, "n_features_in_", None)
+            if expected is not None and n_features != expected:
+                if scores.ndim == 1:
+                    raise CalibrationInputError(
+                        "scores", f"{name} expects rows of {expected} scores, got a 1-D array: Reshape your data with X.reshape(1, -1) for one row"
+                    )
+                raise CalibrationInputError("scores", f"X has {n_features} features, but {name} is expecting {expected} features as input")
+            fitted_names = getattr(self, "feature_names_in_", None)
+            if fitted_names is not None and columns is not None and not np.array_equal(fitted_names, columns):
+                raise CalibrationInputError(
+                    "scores", f"The feature names should match those that were passed during fit: {list(fitted_names)}, got {list(columns)}"
+                )
+        if scores.ndim == 2 and n_features == 1 and binary:
+            scores = scores[:, 0]
+        return scores
 
     def check_holdout_arrays(
         self,
@@ -372,14 +467,46 @@ class Calibrator(BaseEstimator):
         """Build whatever speeds up predict (the calibrator cache calls this once, before sizing
         an entry, so that requests never do); most methods have nothing to build."""
 
-    def predict(self, scores: Any, **arrays: Any) -> np.ndarray:
-        """Calibrated probabilities: of class 1, shape (n,), for binary scores; rows (n, K) otherwise."""
-        return self.predict_details(scores, **arrays)[0]
+    def predict(self, X: Any, **arrays: Any) -> np.ndarray:
+        """Calibrated probabilities: of class 1, shape (n,), for binary scores; rows (n, K) otherwise.
 
-    def predict_proba(self, scores: Any, **arrays: Any) -> np.ndarray:
+        ``X`` as at ``fit``: 1-D scores or one column for a binary calibrator, rows otherwise.
+        """
+        return self.predict_details(self._scores_from_X(X, reset=False), **arrays)[0]
+
+    def predict_proba(self, X: Any, **arrays: Any) -> np.ndarray:
         """Calibrated probabilities of every class, shape ``(n, K)`` (binary: ``(n, 2)``)."""
-        p = self.predict(scores, **arrays)
+        p = self.predict(X, **arrays)
         return p if p.ndim == 2 else np.column_stack([1.0 - p, p])
+
+    # -- scikit-learn's estimator tags and checks -----------------------------
+    def __sklearn_tags__(self) -> Tags:
+        """Binary-only methods take 1-D scores (as ``IsotonicRegression``) and one column;
+        methods that take rows declare rows (their flat binary face is tested apart, as
+        ``IsotonicRegression`` declares 1-D though it takes a column too). ``y`` is required."""
+        tags = super().__sklearn_tags__()
+        tags.target_tags.required = True
+        tags.input_tags.one_d_array = self.tasks == ("binary",)
+        tags.input_tags.two_d_array = True
+        tags.classifier_tags = ClassifierTags(multi_class="multiclass" in self.tasks)
+        return tags
+
+    def expected_failed_checks(self) -> dict[str, str]:
+        """scikit-learn estimator checks that do not apply to this method, each with its reason.
+
+        ``check_estimator(calibrator, expected_failed_checks=calibrator.expected_failed_checks())``
+        runs every other check (tests/test_sklearn_checks.py, which also shows that each of
+        these does fail, and checks the same properties on 1-D scores where they apply).
+        """
+        expected: dict[str, str] = {}
+        if self.tasks == ("binary",):
+            expected |= dict.fromkeys(ONE_D_INDEXING_CHECKS, ONE_D_INDEXING)
+            expected["check_fit1d"] = "1-D scores are a binary calibrator's own input; the check expects them refused"
+            expected |= dict.fromkeys(SEVERAL_COLUMN_CHECKS, SEVERAL_COLUMNS)
+        if "multiclass" in self.tasks:
+            expected |= dict.fromkeys(BLOBS_CHECKS, BLOBS)
+            expected["check_sample_weight_equivalence_on_dense_data"] = ONE_ROW_CLASS
+        return expected
 
     def predict_details(self, scores: Any, **arrays: Any) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """``predict`` plus any per-row extras the method reports (``intervals``, ``accepted``)."""
@@ -531,7 +658,7 @@ def check_holdout(labels: np.ndarray, weights: np.ndarray, min_samples: int, n_c
     """
     n = labels.shape[0]
     if n < min_samples:
-        raise CalibrationInputError("scores", f"needs at least {min_samples} samples, got {n}")
+        raise CalibrationInputError("scores", f"needs at least {min_samples} samples, got n_samples={n}")
     counts = np.bincount(labels[weights > 0], minlength=n_classes)
     present = np.flatnonzero(counts)
     if n_classes == 2 and present.shape[0] < 2:
@@ -585,6 +712,77 @@ def check_arrays(arrays: dict[str, Any], specs: dict[str, ArraySpec], n_samples:
             raise CalibrationInputError(name, f"has {array.shape[0]} rows but scores has {n_samples}")
         checked[name] = array
     return checked
+
+
+# Why some of scikit-learn's estimator checks do not apply (``Calibrator.expected_failed_checks``).
+ONE_D_INDEXING = (
+    "the check makes X 1-D for a one_d_array estimator, then indexes it as 2-D (X[:, 0] or X.shape[1]); "
+    "tests/test_sklearn_checks.py checks the same property on 1-D scores"
+)
+ONE_D_INDEXING_CHECKS = (
+    "check_dont_overwrite_parameters", "check_dtype_object", "check_estimator_sparse_array",
+    "check_f_contiguous_array_estimator", "check_methods_sample_order_invariance", "check_methods_subset_invariance",
+    "check_fit2d_1sample", "check_fit2d_1feature", "check_dict_unchanged", "check_fit2d_predict1d",
+    "check_n_features_in", "check_n_features_in_after_fitting",
+)
+SEVERAL_COLUMNS = (
+    "the check fits X of several columns; a binary calibrator takes one score per row "
+    "(tests/test_sklearn_checks.py checks sample weights on 1-D scores)"
+)
+SEVERAL_COLUMN_CHECKS = (
+    "check_sample_weights_shape", "check_sample_weights_not_overwritten", "check_sample_weight_equivalence_on_dense_data",
+)
+BLOBS = "the check's labels 0, 1, 2 name three classes but X has two score columns (one per class)"
+BLOBS_CHECKS = ("check_estimators_overwrite_params", "check_estimators_fit_returns_self", "check_readonly_memmap_input")
+ONE_ROW_CLASS = (
+    "integer weights on 15 rows leave a class on one row of positive weight; calibd needs two rows "
+    "of each class present, so that cross-fitting's folds all see it"
+)
+
+
+def _column_names(X: Any) -> np.ndarray | None:
+    """A DataFrame's column names, when they are all strings (scikit-learn's ``feature_names_in_``)."""
+    columns = getattr(X, "columns", None)
+    if columns is None:
+        return None
+    names = np.asarray(list(columns), dtype=object)
+    return names if names.shape[0] and all(isinstance(n, str) for n in names) else None
+
+
+def _numbers_from_objects(array: np.ndarray, field: str) -> np.ndarray:
+    """An object array of numbers as float64; anything else (None, str, bool, dict) is refused."""
+    for index, value in enumerate(array.ravel()):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, Real):
+            raise CalibrationInputTypeError(
+                field,
+                f"must contain only numbers; found {type(value).__name__!r} (an argument must be a real number; "
+                "a string, a boolean or None is not a number)",
+                tuple(int(i) for i in np.unravel_index(index, array.shape)),
+            )
+    return array.astype(np.float64)
+
+
+def _labels_from_y(y: Any, n_classes: int) -> tuple[Any, np.ndarray | None]:
+    """scikit-learn's ``y`` as labels, and ``classes_`` when they are not 0..K-1.
+
+    Labels that are column indices 0..K-1 are used as they are. Otherwise K distinct
+    values are taken in sorted order (for binary labels, the second is the positive
+    class), as scikit-learn classifiers order ``classes_`` and calibd orders class names.
+    """
+    labels = np.asarray(y)
+    if labels.dtype.kind == "O":
+        if all(isinstance(v, str) for v in labels.ravel()):
+            labels = labels.astype(str)
+        elif all(isinstance(v, Real) and not isinstance(v, (bool, np.bool_)) for v in labels.ravel()):
+            labels = labels.astype(np.float64)
+        else:
+            raise CalibrationInputError("labels", "Unknown label type: labels must be numbers or strings")
+    if labels.ndim == 1 and labels.dtype.kind in "iuf":
+        values = np.unique(labels)
+        indices = np.isin(values, np.arange(n_classes)).all()
+        if not indices and values.shape[0] == n_classes and np.isfinite(values).all():
+            return np.searchsorted(values, labels).astype(np.int32), values
+    return labels, None
 
 
 def n_classes_of(scores: np.ndarray, tasks: tuple[str, ...]) -> int:

@@ -547,6 +547,19 @@ class BernsteinCalibrator(Calibrator):
         self._check_fitted()
         return self._check_multivariate(scores, self.n_columns_)
 
+    def expected_failed_checks(self) -> dict[str, str]:
+        wide = (
+            f"bernstein takes 1 to {MAX_SCORES} scores per row (its basis has (degree + 1)^M terms); "
+            "the check's X has 5 to 30 columns"
+        )
+        return super().expected_failed_checks() | dict.fromkeys(
+            (
+                "check_estimators_dtypes", "check_all_zero_sample_weights_error", "check_dtype_object",
+                "check_sample_weight_equivalence_on_dense_data", "check_fit2d_1sample",
+            ),
+            wide,
+        ) | {"check_fit1d": "a flat list is one score per row (M = 1) for bernstein; the check expects it refused"}
+
     @property
     def n_columns_(self) -> int:
         return int(self.n_scores_)

@@ -50,6 +50,8 @@ def equal_mass_edges(scores: np.ndarray, weights: np.ndarray, n_bins: int) -> np
     k W / n_bins. Returns strictly increasing edges, all holdout scores and
     all above the smallest one, so that no bin is empty.
     """
+    # Rows of zero weight are absent (a weight acts as a repeat count): none becomes an edge.
+    scores, weights = scores[weights > 0], weights[weights > 0]
     distinct, inverse = np.unique(scores, return_inverse=True)
     distinct_weights = np.bincount(inverse, weights=weights, minlength=distinct.shape[0])
     before = np.concatenate([[0.0], np.cumsum(distinct_weights)[:-1]])
