@@ -52,6 +52,7 @@ def _binary_holdout(n=200, seed=0):
 # Weights act as repeated rows, except where the method's own design decides otherwise.
 NOT_WEIGHT_AS_REPEAT = {
     "scaling_binning": "its bins hold equal numbers of rows (Kumar et al.), so a repeat moves bin edges and a weight does not",
+    "multicalibration": "its early-stopping rows (validation_fraction) are drawn by row, so a row's repeats fall on both sides",
 }
 
 

@@ -374,17 +374,6 @@ class SelectiveCalibrator(Calibrator):
         return params, h_params, history
 
     # -- prediction -----------------------------------------------------------------------
-    def expected_failed_checks(self) -> dict[str, str]:
-        few = f"selective needs at least {self.min_samples} rows (a share is held out to set its threshold); the check fits 10 to 16"
-        return super().expected_failed_checks() | dict.fromkeys(
-            (
-                "check_n_features_in_after_fitting", "check_estimators_nan_inf", "check_fit2d_1feature",
-                "check_sample_weights_not_an_array", "check_sample_weights_shape", "check_sample_weights_not_overwritten",
-                "check_sample_weights_pandas_series",
-            ),
-            few,
-        )
-
     def check_predict_scores(self, scores: Any) -> np.ndarray:
         checked = super().check_predict_scores(scores)
         if checked.ndim != self.score_ndim_:
