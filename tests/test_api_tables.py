@@ -286,3 +286,24 @@ def test_a_feedback_upload_with_an_idempotency_key_is_replayed_and_a_reused_key_
     other = send(parquet(table.slice(0, 2)))
     assert other.status_code == 422 and other.json()["errors"][0]["pointer"] == "/header/Idempotency-Key"
     assert client.get(f"/calibrators/{name}/monitor").json()["windows"]["1h"]["samples"] == 3
+
+
+def test_a_large_arrow_stream_fits_from_its_spool(client, name):
+    from app.api.calibrators.fit_pool import SPOOL_MIN_BYTES
+
+    rng = np.random.default_rng(12)
+    scores = rng.uniform(size=150_000)
+    labels = (rng.uniform(size=150_000) < scores).astype(np.int8)
+    content = arrow_stream(pa.table({"label": labels, "score": scores}))
+    assert len(content) > SPOOL_MIN_BYTES
+    response = client.post("/calibrators", params={"name": name, "method": "isotonic"}, content=content,
+                           headers={"Content-Type": ARROW_STREAM})
+    assert response.status_code == 201, response.text
+    assert response.json()["n_samples"] == 150_000
+
+
+def test_openapi_documents_the_table_bodies(client):
+    spec = client.get("/openapi.json").json()
+    for path in ("/calibrators", "/feedback"):
+        content = spec["paths"][path]["post"]["requestBody"]["content"]
+        assert {"application/json", "multipart/form-data", ARROW_STREAM} <= set(content), path
