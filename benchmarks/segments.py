@@ -56,6 +56,12 @@ from app.metrics.multicalibration import multicalibration_error  # noqa: E402
 
 VENV = Path(os.environ.get("CALIBD_MCGRAD_VENV", "/tmp/mcgrad-venv"))
 WORKER = ROOT / "benchmarks" / "_mcgrad_worker.py"
+TIES_NOTE = (
+    "Where predictions tie (the fair base model takes few distinct values; isotonic's steps), the check column "
+    "can differ a little: calibd takes the cumulative sums at the ends of runs of tied predictions (order-free), "
+    "mcgrad in the order its sort leaves tied rows. Both fits run under whatever load the machine carries (the "
+    "load average above): their times compare with each other, not with a quiet machine's."
+)
 METHODS = ("raw", "calibd multicalibration", "MCGrad", "calibd platt", "calibd isotonic")
 
 
@@ -231,7 +237,7 @@ def main(argv: list[str] | None = None) -> None:
         "(categorical segments up to depth 3, 3 values per column, at least 10 rows), computed by calibd on the "
         "test rows; the check column is mcgrad's own MulticalibrationError of the same predictions (float64). "
         "Fit and predict are wall seconds of one call (calibd: validation of the feature columns included; "
-        "MCGrad: from pandas frames built beforehand).",
+        "MCGrad: from pandas frames built beforehand). " + TIES_NOTE,
         synthetic_table,
         fair_table,
         "calibd multicalibration (its defaults): a penalised logistic fit of the logit plus a bias per category "
