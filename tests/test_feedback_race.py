@@ -29,8 +29,9 @@ from .reliability.scenarios import _server_faults
 GRACE_SECONDS = 30  # small for the test; the default is 600
 N, BATCH = 10_000, 100
 
-#: Pending labels are swept every 0.5 s here (default 1 s): the test waits less.
-SETTINGS = {"pending_label_grace_seconds": GRACE_SECONDS, "pending_label_sweep_seconds": 0.5}
+#: Pending labels are swept every 0.5 s here (default 1 s): the test waits less. The one fit
+#: runs in the serving process (no fit worker process to start).
+SETTINGS = {"pending_label_grace_seconds": GRACE_SECONDS, "pending_label_sweep_seconds": 0.5, "fit_workers": 0}
 
 
 def _feedback_rows(url: str, name: str) -> list[tuple]:
