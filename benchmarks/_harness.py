@@ -246,6 +246,55 @@ class Server:
         return [pid for pid in children if _children(pid)] or children
 
 
+class EchoServer:
+    """The bare echo app (benchmarks/echo_app.py) in a process of its own, served as ``calibd serve``
+    serves calibd: uvicorn, the same flags, the same worker count. ``url`` is its POST route."""
+
+    def __init__(self, workers: int = 1):
+        self.workers = workers
+        self.port = free_port()
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/echo"
+
+    def __enter__(self) -> EchoServer:
+        import httpx
+
+        self.process = subprocess.Popen(
+            [sys.executable, str(BENCH / "echo_app.py"), "--port", str(self.port), "--workers", str(self.workers)],
+            cwd=BENCH, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.__exit__()
+                raise RuntimeError("the echo server did not start")
+            time.sleep(0.2)
+        if self.workers > 1:
+            time.sleep(2.0)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def serving_pids(self) -> list[int]:
+        assert self.process is not None
+        return [self.process.pid] if self.workers == 1 else _children(self.process.pid)
+
+
 def _children(pid: int) -> list[int]:
     try:
         text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
@@ -327,6 +376,9 @@ def wrk_available() -> bool:
     return shutil.which("wrk") is not None
 
 
+WRK_MISSING = "wrk is not installed: apt-get install -y wrk (Debian, Ubuntu), brew install wrk (macOS)"
+
+
 def run_wrk(url: str, body: bytes, authorization: str, seconds: float, connections: int = 8, threads: int = 1,
             server_pids: list[int] | None = None, cpus: set[int] | None = None) -> WrkResult:
     """wrk posting ``body`` over keep-alive connections; fails on errors or non-2xx answers.
@@ -334,6 +386,8 @@ def run_wrk(url: str, body: bytes, authorization: str, seconds: float, connectio
     With ``server_pids``, also the CPU time those processes spent per request;
     with ``cpus``, wrk runs on those CPUs only.
     """
+    if not wrk_available():
+        raise RuntimeError(WRK_MISSING)
     cpu_before = cpu_seconds(server_pids) if server_pids else 0.0
     folder = Path(tempfile.mkdtemp(prefix="wrk-"))
     try:

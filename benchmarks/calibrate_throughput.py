@@ -1,35 +1,47 @@
-"""/calibrate throughput against a baseline route in the same app (targets 1a-1d of issue 8).
+"""/calibrate throughput against a bare echo server, MLServer and an in-app baseline (targets 1a-1d, 7).
 
-    .venv/bin/python benchmarks/calibrate_throughput.py [--runs 5] [--seconds 3] [--no-postgres]
+    .venv/bin/python benchmarks/calibrate_throughput.py [--runs 7] [--seconds 2] [--no-postgres] [--no-mlserver]
 
-One `calibd serve` process (one uvicorn worker, auth on, JSON access logs on,
-as deployed) with CALIBD_BENCHMARK_ROUTES=1, which adds
-POST /benchmark/calibrate-baseline: the same request read, parsed and checked
-by the same code, behind the same middleware and auth dependency, its scores
-made the float64 array /calibrate hands its calibrator (batches of more than
-256; shorter ones stay lists, as /calibrate passes them), answered with that
-equal-sized array without calibrating. The
-ratio of /calibrate's throughput to the baseline's is the share of the
-HTTP + JSON floor that calibration leaves; it holds on a busy machine where
-absolute figures do not.
+Needs wrk (apt-get install -y wrk). Servers, each a process of its own, pinned
+together to one core (``split_cpus``), wrk to the other:
 
-Load: wrk (one thread, --connections keep-alive connections) from its own
-process on loopback, posting one fixed body per workload. The server's threads
-are pinned to one core and wrk to the other (``split_cpus``), so that the
-kernel's placement of the two does not move the figures from run to run:
+  * ``calibd serve`` (one uvicorn worker, auth on with one key, JSON access log
+    on, request metrics on, as deployed), with CALIBD_BENCHMARK_ROUTES=1;
+  * the bare echo app (benchmarks/echo_app.py): FastAPI on the same uvicorn
+    with the same flags and worker count, parsing the same body with orjson and
+    answering an equal-sized orjson array; no middleware, auth, log or metrics.
+    The floor a user would compare calibd with: every figure's ratio is to it;
+  * MLServer 1.7.1 (its own virtualenv, .venv-mlserver/, built on first use by
+    tests/mlserver_env.py) serving scikit-learn's IsotonicRegression fitted on
+    the same 50,000-row holdout as calibd's isotonic calibrator (its sklearn
+    runtime, a joblib), asked through the Open Inference Protocol (v2) REST
+    route for the same 100 scores (target 7).
+
+The in-app baseline, ``POST /benchmark/calibrate-baseline``, is a second
+column: the same request read, parsed and checked by the same code, behind the
+same layer and key check, its scores made the float64 array /calibrate hands
+its calibrator, answered without calibrating; /calibrate over it is what the
+calibration step costs by itself.
+
+Load: wrk (one thread, --connections keep-alive connections) posting one fixed
+body per workload:
   * isotonic, batches of 1, 100 and 10,000 binary scores (probabilities drawn
     uniformly, full double precision, so the answer is the size of the request);
   * temperature, 100 rows x 10 classes (logits).
-Each run measures the baseline and /calibrate back to back (their order
-alternating between runs); figures are medians over runs, the ratio is the
-median of the per-run ratios. The same is repeated against PostgreSQL (the
-hot path never reads the database after warm-up, so it should not differ).
+Each run measures every server back to back on the workload (their order
+rotating from run to run); figures are medians over runs, each ratio the
+median of the per-run ratios. p50 and p99 are wrk's. The same is repeated
+against PostgreSQL (the hot path never reads the database after warm-up).
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -37,21 +49,37 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import (  # noqa: E402
-    Server, Target, fmt_rate, machine, median, postgres_available, postgres_schema, run_wrk, split_cpus,
-    write_results,
+    ROOT, EchoServer, Server, Target, fmt_rate, machine, median, postgres_available, postgres_schema, run_wrk,
+    WRK_MISSING, split_cpus, wrk_available, write_results,
 )
 
 WORKLOADS = [
-    # key, label, calibrator, shape, requirement
-    ("1a", "isotonic, 1 score", "iso", (1,), 0.9),
-    ("1b", "isotonic, 100 scores", "iso", (100,), 0.9),
-    ("1c", "isotonic, 10,000 scores", "iso", (10_000,), 0.7),
-    ("1d", "temperature, 100 rows x 10 classes", "temp10", (100, 10), 0.9),
+    # key, label, calibrator, shape, requirement (/calibrate over the bare echo)
+    ("1a", "isotonic, 1 score", "iso", (1,), 0.85),
+    ("1b", "isotonic, 100 scores", "iso", (100,), 0.85),
+    ("1c", "isotonic, 10,000 scores", "iso", (10_000,), 0.75),
+    ("1d", "temperature, 100 rows x 10 classes", "temp10", (100, 10), 0.85),
 ]
+#: Target 7: /calibrate over MLServer serving the same isotonic calibrator, on this workload.
+MLSERVER_WORKLOAD, MLSERVER_NEED = "1b", 5.0
+MLSERVER_MODEL = "iso"
+
+#: Run in MLServer's virtualenv: scikit-learn's IsotonicRegression on the holdout (an .npz), as a joblib.
+TRAIN_ISOTONIC = """
+import sys
+import joblib
+import numpy as np
+from sklearn.isotonic import IsotonicRegression
+
+holdout = np.load(sys.argv[2])
+model = IsotonicRegression(out_of_bounds="clip", y_min=0.0, y_max=1.0).fit(holdout["scores"], holdout["labels"])
+joblib.dump(model, sys.argv[1])
+"""
 
 
-def fit_calibrators(server: Server, rng: np.random.Generator) -> dict[str, int]:
-    """An isotonic calibrator on 50,000 rows and a 10-class temperature calibrator; their sizes."""
+def fit_calibrators(server: Server, rng: np.random.Generator) -> dict:
+    """An isotonic calibrator on 50,000 rows and a 10-class temperature calibrator; the isotonic
+    calibrator's size and holdout."""
     s = rng.random(50_000)
     y = (rng.random(s.shape[0]) < s**1.4).astype(int)
     iso = server.fit("iso", "isotonic", s, y)
@@ -60,7 +88,7 @@ def fit_calibrators(server: Server, rng: np.random.Generator) -> dict[str, int]:
     p /= p.sum(axis=1, keepdims=True)
     labels = np.array([rng.choice(10, p=row) for row in p])
     server.fit("temp10", "temperature", z, labels, input="logit")
-    return {"iso_thresholds": iso["summary"]["fit"]["n_thresholds"]}
+    return {"iso_thresholds": iso["summary"]["fit"]["n_thresholds"], "holdout": (s, y)}
 
 
 def bodies(rng: np.random.Generator) -> dict[str, bytes]:
@@ -71,77 +99,138 @@ def bodies(rng: np.random.Generator) -> dict[str, bytes]:
     return out
 
 
-def measure(server: Server, payloads: dict[str, bytes], runs: int, seconds: float, connections: int) -> dict:
+def inference_body(payload: bytes) -> bytes:
+    """The same scores as an Open Inference Protocol (v2) request: one FP64 tensor of shape [n, 1]."""
+    scores = orjson.loads(payload)["scores"]
+    return orjson.dumps({"inputs": [{"name": "scores", "shape": [len(scores), 1], "datatype": "FP64", "data": scores}]})
+
+
+@contextmanager
+def mlserver(holdout: tuple[np.ndarray, np.ndarray]) -> Iterator:
+    """MLServer 1.7.1 serving IsotonicRegression fitted on ``holdout`` (its virtualenv built if needed)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from mlserver_env import MLServer
+
+    folder = Path(tempfile.mkdtemp(prefix="mlserver-bench-"))
+    try:
+        np.savez(folder / "holdout.npz", scores=holdout[0], labels=holdout[1])
+        with MLServer(folder / "models", MLSERVER_MODEL, TRAIN_ISOTONIC, (str(folder / "holdout.npz"),)) as server:
+            yield server
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def agreement(calibd: Server, ml, payload: bytes) -> float:
+    """The largest difference between calibd's and MLServer's probabilities for the workload's scores."""
+    import httpx
+
+    ours = np.asarray(calibd.post("/calibrate", orjson.loads(payload))["probabilities"])
+    answer = httpx.post(f"{ml.url}/v2/models/{MLSERVER_MODEL}/infer", content=inference_body(payload),
+                        headers={"Content-Type": "application/json"}, timeout=30)
+    answer.raise_for_status()
+    theirs = np.asarray(answer.json()["outputs"][0]["data"], dtype=float)
+    return float(np.max(np.abs(ours - theirs)))
+
+
+def measure(server: Server, echo: EchoServer, payloads: dict[str, bytes], runs: int, seconds: float,
+            connections: int, ml=None) -> dict:
     auth = server.headers["Authorization"]
-    pids = server.serving_pids()
-    cpus = split_cpus(pids)  # the server on one core, wrk on the other
-    routes = {"baseline": server.url + "/benchmark/calibrate-baseline", "calibrate": server.url + "/calibrate"}
-    for key, body in payloads.items():  # warm-up: caches, code paths, allocator
-        for url in routes.values():
-            run_wrk(url, body, auth, 1.0, connections, cpus=cpus)
-    results: dict[str, dict[str, list]] = {
-        key: {"baseline": [], "calibrate": [], "ratio": [], "cpu_ratio": []} for key in payloads
+    pids = {"calibd": server.serving_pids(), "echo": echo.serving_pids()}
+    if ml is not None:
+        pids["mlserver"] = [ml.process.pid]
+    cpus = split_cpus([pid for group in pids.values() for pid in group])  # the servers on one core, wrk on the other
+    targets = {  # route: (url, body of the workload, pids)
+        "echo": (echo.url, None, pids["echo"]),
+        "baseline": (server.url + "/benchmark/calibrate-baseline", None, pids["calibd"]),
+        "calibrate": (server.url + "/calibrate", None, pids["calibd"]),
     }
+    if ml is not None:
+        targets["mlserver"] = (f"{ml.url}/v2/models/{MLSERVER_MODEL}/infer", "v2", pids["mlserver"])
+
+    def routes(key: str) -> list[str]:
+        return [r for r in targets if r != "mlserver" or key == MLSERVER_WORKLOAD]
+
+    def body(key: str, route: str) -> bytes:
+        return inference_body(payloads[key]) if targets[route][1] == "v2" else payloads[key]
+
+    for key in payloads:  # warm-up: caches, code paths, allocator
+        for route in routes(key):
+            run_wrk(targets[route][0], body(key, route), auth, 1.0, connections, cpus=cpus)
+    results: dict[str, dict[str, list]] = {key: {route: [] for route in routes(key)} for key in payloads}
     for run in range(runs):
-        for key, body in payloads.items():
-            order = ("baseline", "calibrate") if run % 2 == 0 else ("calibrate", "baseline")
-            got = {route: run_wrk(routes[route], body, auth, seconds, connections, server_pids=pids, cpus=cpus)
-                   for route in order}
-            results[key]["baseline"].append(got["baseline"])
-            results[key]["calibrate"].append(got["calibrate"])
-            results[key]["ratio"].append(got["calibrate"].rate / got["baseline"].rate)
-            results[key]["cpu_ratio"].append(got["baseline"].server_cpu / got["calibrate"].server_cpu)
-            print(f"  run {run + 1} {key}: baseline {got['baseline'].rate:,.0f}/s, calibrate "
-                  f"{got['calibrate'].rate:,.0f}/s, ratio {results[key]['ratio'][-1]:.3f} "
-                  f"(server CPU ratio {results[key]['cpu_ratio'][-1]:.3f})", file=sys.stderr, flush=True)
+        for key in payloads:
+            order = routes(key)
+            order = order[run % len(order):] + order[:run % len(order)]  # each server first in turn
+            got = {route: run_wrk(targets[route][0], body(key, route), auth, seconds, connections,
+                                  server_pids=targets[route][2], cpus=cpus) for route in order}
+            for route, result in got.items():
+                results[key][route].append(result)
+            shown = ", ".join(f"{route} {got[route].rate:,.0f}/s" for route in routes(key))
+            print(f"  run {run + 1} {key}: {shown}; /calibrate over echo {got['calibrate'].rate / got['echo'].rate:.3f}",
+                  file=sys.stderr, flush=True)
     return results
 
 
 def summarise(results: dict) -> dict[str, dict]:
     summary = {}
     for key, r in results.items():
-        summary[key] = {
-            "baseline_rate": median([x.rate for x in r["baseline"]]),
-            "calibrate_rate": median([x.rate for x in r["calibrate"]]),
-            "baseline_p50": median([x.p50 for x in r["baseline"]]),
-            "baseline_p99": median([x.p99 for x in r["baseline"]]),
-            "calibrate_p50": median([x.p50 for x in r["calibrate"]]),
-            "calibrate_p99": median([x.p99 for x in r["calibrate"]]),
-            "ratio": median(r["ratio"]),
-            "ratios": r["ratio"],
-            "cpu_ratio": median(r["cpu_ratio"]),
-            "baseline_cpu": median([x.server_cpu for x in r["baseline"]]),
-            "calibrate_cpu": median([x.server_cpu for x in r["calibrate"]]),
-        }
+        s: dict = {}
+        for route, windows in r.items():
+            s[route] = {
+                "rate": median([x.rate for x in windows]),
+                "p50": median([x.p50 for x in windows]),
+                "p99": median([x.p99 for x in windows]),
+                "cpu": median([x.server_cpu for x in windows]),
+            }
+        cal = r["calibrate"]
+        for route in r:
+            if route != "calibrate":
+                ratios = [c.rate / o.rate for c, o in zip(cal, r[route])]
+                s[route]["ratios"] = ratios
+                s[route]["ratio"] = median(ratios)
+        summary[key] = s
     return summary
 
 
+def _cell(s: dict) -> str:
+    return f"{fmt_rate(s['rate'])} ({s['p50'] * 1e3:.2f} / {s['p99'] * 1e3:.2f} ms)"
+
+
 def table(summary: dict[str, dict]) -> list[str]:
+    ml = any("mlserver" in s for s in summary.values())
     lines = [
-        "| workload | baseline req/s | /calibrate req/s | ratio (each run) | baseline p50 / p99 | /calibrate p50 / p99 "
-        "| server CPU per request, baseline / /calibrate (ratio) | target |",
-        "|---|---:|---:|---|---:|---:|---:|---|",
+        "| workload | bare echo req/s (p50 / p99) | /calibrate req/s (p50 / p99) | **/calibrate / echo** (each run) "
+        "| in-app baseline req/s (p50 / p99) | /calibrate / baseline "
+        + ("| MLServer req/s (p50 / p99) | /calibrate / MLServer " if ml else "")
+        + "| server CPU per request: echo / /calibrate | target |",
+        "|---|---:|---:|---|---:|---:|" + ("---:|---:|" if ml else "") + "---:|---|",
     ]
     for key, label, _, _, need in WORKLOADS:
         s = summary[key]
-        runs = ", ".join(f"{r:.2f}" for r in s["ratios"])
+        runs = ", ".join(f"{r:.2f}" for r in s["echo"]["ratios"])
+        mlcells = ""
+        if ml:
+            mlcells = (f"| {_cell(s['mlserver'])} | **{s['mlserver']['ratio']:.2f}x** " if "mlserver" in s else "| | ")
         lines.append(
-            f"| {label} | {fmt_rate(s['baseline_rate'])} | {fmt_rate(s['calibrate_rate'])} | **{s['ratio']:.3f}** ({runs}) "
-            f"| {s['baseline_p50'] * 1e3:.2f} / {s['baseline_p99'] * 1e3:.2f} ms "
-            f"| {s['calibrate_p50'] * 1e3:.2f} / {s['calibrate_p99'] * 1e3:.2f} ms "
-            f"| {s['baseline_cpu'] * 1e6:.0f} / {s['calibrate_cpu'] * 1e6:.0f} us ({s['cpu_ratio']:.3f}) "
-            f"| >= {need}x: {'met' if s['ratio'] >= need else 'NOT met'} |"
+            f"| {label} | {_cell(s['echo'])} | {_cell(s['calibrate'])} | **{s['echo']['ratio']:.3f}** ({runs}) "
+            f"| {_cell(s['baseline'])} | {s['baseline']['ratio']:.3f} {mlcells}"
+            f"| {s['echo']['cpu'] * 1e6:.0f} / {s['calibrate']['cpu'] * 1e6:.0f} us "
+            f"| >= {need}x echo: {'met' if s['echo']['ratio'] >= need else 'NOT met'} |"
         )
     return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=11, help="paired runs per workload (default 11)")
-    parser.add_argument("--seconds", type=float, default=2.0, help="length of each wrk run (default 2)")
+    parser.add_argument("--runs", type=int, default=7, help="runs per workload, each measuring every server (default 7)")
+    parser.add_argument("--seconds", type=float, default=2.0, help="length of each wrk window (default 2)")
     parser.add_argument("--connections", type=int, default=8, help="wrk connections (default 8)")
     parser.add_argument("--no-postgres", action="store_true", help="SQLite only")
+    parser.add_argument("--no-mlserver", action="store_true", help="without MLServer (target 7 not measured)")
     args = parser.parse_args(argv)
+    if not wrk_available():
+        print(WRK_MISSING, file=sys.stderr)
+        return 2
 
     rng = np.random.default_rng(0)
     payloads = bodies(rng)
@@ -152,28 +241,32 @@ def main(argv: list[str] | None = None) -> int:
     started_machine = machine()
     for label, kind in backends:
         print(f"{label}:", file=sys.stderr, flush=True)
-        if kind == "postgres":
-            with postgres_schema() as url, Server(database_url=url) as server:
-                info[label] = fit_calibrators(server, np.random.default_rng(1))
-                summaries[label] = summarise(measure(server, payloads, args.runs, args.seconds, args.connections))
-        else:
-            with Server() as server:
-                info[label] = fit_calibrators(server, np.random.default_rng(1))
-                summaries[label] = summarise(measure(server, payloads, args.runs, args.seconds, args.connections))
+        with ExitStack() as stack:
+            url = stack.enter_context(postgres_schema()) if kind == "postgres" else None
+            server = stack.enter_context(Server(database_url=url))
+            echo = stack.enter_context(EchoServer(workers=server.workers))
+            info[label] = fit_calibrators(server, np.random.default_rng(1))
+            ml = None
+            if label == "SQLite" and not args.no_mlserver:
+                ml = stack.enter_context(mlserver(info[label]["holdout"]))
+                info[label]["agreement"] = agreement(server, ml, payloads[MLSERVER_WORKLOAD])
+            summaries[label] = summarise(measure(server, echo, payloads, args.runs, args.seconds, args.connections, ml))
 
     lines = [
-        "## /calibrate throughput (targets 1a-1d)",
+        "## /calibrate throughput against a bare echo server (targets 1a-1d, 7)",
         "",
         f"`benchmarks/calibrate_throughput.py --runs {args.runs} --seconds {args.seconds:g} --connections {args.connections}`; "
-        f"{started_machine}. One uvicorn worker (`calibd serve`), auth on, JSON access log on, pinned to one core; "
-        f"wrk -t1 -c{args.connections} from its own process, on the other. Baseline: `POST /benchmark/calibrate-baseline` in the same app "
-        "(CALIBD_BENCHMARK_ROUTES=1): same body parsing, envelope checks, middleware and auth, scores made the "
-        "float64 array /calibrate hands its calibrator (more than 256 scores or rows; shorter batches stay lists, "
-        "as /calibrate passes them), answered without calibrating. What that conversion costs by itself is in the "
-        "profile section below (step B). Ratio = median over runs of /calibrate req/s / baseline req/s, measured back to back; "
-        "the server's CPU time per request (from /proc) is shown beside it, a figure less moved by the machine's "
-        "other jobs than throughput. "
-        f"Isotonic calibrator: {info['SQLite']['iso_thresholds']} thresholds (50,000-row holdout).",
+        f"{started_machine}. Each server a process of its own, one uvicorn worker, pinned together to one core; "
+        f"wrk -t1 -c{args.connections} on the other, each server in turn per run. calibd: `calibd serve`, auth on "
+        "(one key), JSON access log on, request metrics on. Bare echo: benchmarks/echo_app.py, FastAPI + orjson on "
+        "the same uvicorn flags, answering the scores it was sent. In-app baseline: `POST /benchmark/calibrate-baseline`, "
+        "everything /calibrate does but calibrating. Ratios: median over runs of /calibrate req/s over the other's, "
+        "measured back to back; p50 / p99 are wrk's medians over runs. "
+        f"Isotonic calibrator: {info['SQLite']['iso_thresholds']} thresholds (50,000-row holdout)"
+        + (f"; MLServer 1.7.1 serves scikit-learn's IsotonicRegression fitted on the same holdout (mlserver-sklearn, "
+           f"a joblib), asked by `POST /v2/models/{MLSERVER_MODEL}/infer` for the same 100 scores as one FP64 tensor; "
+           f"its answers differ from calibd's by at most {info['SQLite']['agreement']:.1e}" if "agreement" in info["SQLite"] else "")
+        + ".",
         "",
     ]
     for label in summaries:
@@ -181,16 +274,25 @@ def main(argv: list[str] | None = None) -> int:
     sqlite = summaries["SQLite"]
     targets = [
         Target(
-            key=key, target=f"/calibrate throughput, {label}",
-            figure=f"{fmt_rate(sqlite[key]['calibrate_rate'])} req/s (p50 {sqlite[key]['calibrate_p50'] * 1e3:.2f} ms, "
-                   f"p99 {sqlite[key]['calibrate_p99'] * 1e3:.2f} ms)",
-            baseline=f"{fmt_rate(sqlite[key]['baseline_rate'])} req/s (baseline route)",
-            ratio=sqlite[key]["ratio"], requirement=f">= {need}x", met=sqlite[key]["ratio"] >= need,
-            note="SQLite" + (
-                f"; PostgreSQL {summaries['PostgreSQL'][key]['ratio']:.3f}x" if "PostgreSQL" in summaries else ""),
+            key=key, target=f"/calibrate throughput, {label}, over a bare FastAPI + orjson echo",
+            figure=f"{fmt_rate(sqlite[key]['calibrate']['rate'])} req/s (p50 {sqlite[key]['calibrate']['p50'] * 1e3:.2f} ms, "
+                   f"p99 {sqlite[key]['calibrate']['p99'] * 1e3:.2f} ms)",
+            baseline=f"{fmt_rate(sqlite[key]['echo']['rate'])} req/s (p50 {sqlite[key]['echo']['p50'] * 1e3:.2f} ms, "
+                     f"p99 {sqlite[key]['echo']['p99'] * 1e3:.2f} ms), bare echo",
+            ratio=sqlite[key]["echo"]["ratio"], requirement=f">= {need}x", met=sqlite[key]["echo"]["ratio"] >= need,
+            note=f"SQLite; in-app baseline {sqlite[key]['baseline']['ratio']:.3f}x" + (
+                f"; PostgreSQL {summaries['PostgreSQL'][key]['echo']['ratio']:.3f}x" if "PostgreSQL" in summaries else ""),
         )
         for key, label, _, _, need in WORKLOADS
     ]
+    if "mlserver" in sqlite[MLSERVER_WORKLOAD]:
+        s = sqlite[MLSERVER_WORKLOAD]
+        targets.append(Target(
+            key="7", target="/calibrate over MLServer 1.7.1 serving the same isotonic calibrator, 100 scores",
+            figure=f"{fmt_rate(s['calibrate']['rate'])} req/s", baseline=f"{fmt_rate(s['mlserver']['rate'])} req/s "
+            f"(p50 {s['mlserver']['p50'] * 1e3:.2f} ms, p99 {s['mlserver']['p99'] * 1e3:.2f} ms), MLServer",
+            ratio=s["mlserver"]["ratio"], requirement=f">= {MLSERVER_NEED:g}x", met=s["mlserver"]["ratio"] >= MLSERVER_NEED,
+        ))
     write_results("calibrate_throughput", "\n".join(lines), targets)
     print("\n".join(lines))
     return 0

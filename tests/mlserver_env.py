@@ -58,11 +58,16 @@ def free_port() -> int:
 
 
 class MLServer:
-    """``mlserver start`` on a folder holding one sklearn model named ``model_name``."""
+    """``mlserver start`` on a folder holding one sklearn model named ``model_name``.
 
-    def __init__(self, folder: Path, model_name: str):
+    ``train`` is the script (run by the virtualenv's interpreter with the model's path, then
+    ``train_args``) that writes the model's joblib; by default a small random forest.
+    """
+
+    def __init__(self, folder: Path, model_name: str, train: str = TRAIN, train_args: tuple[str, ...] = ()):
         self.folder = folder
         self.model_name = model_name
+        self.train, self.train_args = train, train_args
         self.http_port = free_port()
         self.process: subprocess.Popen | None = None
 
@@ -74,7 +79,7 @@ class MLServer:
         interpreter = python()
         model_dir = self.folder / self.model_name
         model_dir.mkdir(parents=True, exist_ok=True)
-        subprocess.run([str(interpreter), "-c", TRAIN, str(model_dir / "model.joblib")], check=True)
+        subprocess.run([str(interpreter), "-c", self.train, str(model_dir / "model.joblib"), *self.train_args], check=True)
         (model_dir / "model-settings.json").write_text(json.dumps({
             "name": self.model_name,
             "implementation": "mlserver_sklearn.SKLearnModel",

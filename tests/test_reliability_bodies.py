@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from app.api.bodies import MAX_JSON_DEPTH, nesting_depth
+from app.api.bodies import MAX_JSON_DEPTH, TooDeep, check_depth, nesting_depth
 from app.config import Settings
 from app.main import create_app
 
@@ -385,3 +385,37 @@ def test_no_form_options_get_a_server_error(server, fitted):
                 follow_job(client, response)
 
         check()
+
+
+def test_the_depth_check_refuses_exactly_the_bodies_nested_too_deep():
+    """check_depth's bytes-only path (wide bodies with brackets in strings, no escapes among them)
+    and its fallback to the scan both refuse a body exactly when a parser finds it too deep."""
+    strings = st.text(alphabet='[]{}"\\ab', max_size=6) | st.text(alphabet="[]{}ab", max_size=6)
+    values = st.recursive(
+        st.none() | st.booleans() | st.floats(allow_nan=False) | strings,
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(strings, inner, max_size=3),
+        max_leaves=30,
+    )
+
+    def depth(value: Any) -> int:
+        if isinstance(value, list):
+            return 1 + max(map(depth, value), default=0)
+        if isinstance(value, dict):
+            return 1 + max(map(depth, value.values()), default=0)
+        return 0
+
+    @settings(max_examples=500, deadline=None)
+    @given(values, st.integers(0, MAX_JSON_DEPTH + 8), st.integers(1, 40))
+    def check(value, wrap, width):
+        for _ in range(wrap):
+            value = [value]
+        body = {"rows": [value] * width, "name": "[{"}  # wide: more brackets than the limit
+        text = json.dumps(body).encode()
+        try:
+            check_depth(text)
+            refused = False
+        except TooDeep:
+            refused = True
+        assert refused == (depth(body) > MAX_JSON_DEPTH)
+
+    check()

@@ -7,6 +7,7 @@ parsed with orjson and their arrays validated as numpy arrays by the core.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import numpy as np
@@ -118,12 +119,53 @@ def nesting_depth(body: bytes | memoryview | np.ndarray) -> int:
 
 def check_depth(body: bytes | np.ndarray) -> None:
     """Raise 400 if the JSON text nests deeper than MAX_JSON_DEPTH; cheap for shallow bodies."""
-    # Nesting cannot exceed the number of opening brackets: counting them (memchr speed)
-    # spares most bodies the scan.
-    if isinstance(body, bytes) and body.count(b"[") + body.count(b"{") <= MAX_JSON_DEPTH:
-        return
+    if isinstance(body, bytes):
+        depth = _structure_depth(body)
+        if depth is not None:
+            if depth > MAX_JSON_DEPTH:
+                raise TooDeep()
+            return
     if nesting_depth(body) > MAX_JSON_DEPTH:
         raise TooDeep()
+
+
+#: Every byte but those that make a JSON text's structure: brackets, braces, quotes, backslashes.
+_NOT_STRUCTURE = bytes(c for c in range(256) if c not in b'[]{}"\\')
+#: ``{`` and ``}`` as ``[`` and ``]``: for depth, an object is an array.
+_FOLD = bytes.maketrans(b"{}", b"[]")
+_STRING = re.compile(rb'"[^"]*"')
+
+
+def _structure_depth(body: bytes) -> int | None:
+    """The nesting depth by bytes methods alone (a bound, when that bound is at most
+    MAX_JSON_DEPTH; capped at MAX_JSON_DEPTH + 1), or None when ``nesting_depth`` must decide
+    (a backslash, or text that is not JSON).
+
+    Nesting cannot exceed the number of opening brackets, found with ``bytes.find`` (memchr:
+    ``bytes.count`` of one byte loops byte by byte, 2 ns each). Past that, the text is cut to
+    its structure (``translate``, braces folded into brackets); without a backslash every
+    quote opens or closes a string, so the strings go with one regular expression, and each
+    pass that removes the innermost ``[]`` pairs is one level.
+    """
+    opens = 0
+    for bracket in (b"[", b"{"):
+        at = body.find(bracket)
+        while at >= 0 and opens <= MAX_JSON_DEPTH:
+            opens += 1
+            at = body.find(bracket, at + 1)
+    if opens <= MAX_JSON_DEPTH:
+        return opens
+    structure = body.translate(_FOLD, _NOT_STRUCTURE)
+    if b"\\" in structure:
+        return None
+    structure = _STRING.sub(b"", structure)
+    depth = 0
+    while structure and depth <= MAX_JSON_DEPTH:
+        shorter = structure.replace(b"[]", b"")  # every innermost pair at once: one level
+        if len(shorter) == len(structure):
+            return None  # unbalanced: not JSON
+        structure, depth = shorter, depth + 1
+    return depth
 
 
 def parse_json(body: bytes) -> Any:
