@@ -151,8 +151,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     problems.install(app)
     for module in (
-        calibrators, calibrators.jobs, calibrate, feedback, evaluate, reports, recalibration, transfer, keys, health,
-        observability, inference,
+        # Routes are matched router by router, in this order: the serving routes come early.
+        calibrators, calibrators.jobs, calibrate, inference, feedback, evaluate, reports, recalibration, transfer, keys,
+        health, observability,
     ):
         app.include_router(module.router)
     # One layer: request id, body limit, duration histogram, access line; and the shortcut to

@@ -149,8 +149,8 @@ async def infer(
         if array.datatype == "BYTES":
             raise TensorError(f"/inputs/{array.name}/datatype", "must be numeric")
         arrays[array.name] = array.value
-    fields: dict[str, Any] = {"calibrator": name, "version": version, "scores": scores.value, "ids": ids}
-    _envelope(fields)  # the ids' checks of /calibrate
+    if ids is not None:
+        _envelope({"calibrator": name, "scores": None, "ids": ids})  # the ids' checks of /calibrate
     loaded, probabilities, extras = await calibrate_batch(app, name, version, scores.value, ids, arrays, costs)
     outputs = [("probabilities", probabilities)]
     outputs += [(key, as_tensor(value)) for key, value in extras.items()]

@@ -38,6 +38,56 @@ HEADER_LENGTH = "inference-header-content-length"
 CALIBD_OUTPUTS = frozenset({"probabilities", "intervals", "accepted", "decisions"})
 
 
+METADATA = {200: {"model": ModelMetadata}, 404: {}, 409: {}}
+READY = {200: {"model": ModelReady}, 404: {}, 409: {}}
+INFERENCE = {
+    200: {
+        "model": InferenceResponse,
+        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+        "description": "JSON, or with binary outputs: the JSON header (Inference-Header-Content-Length bytes), then the data",
+    },
+    404: {},
+    409: {},
+    413: {},
+    422: {},
+}
+INFERENCE_BODY = request_body(("application/json", InferenceRequest))
+
+
+def _path(*names: str) -> dict[str, Any]:
+    """OpenAPI parameters for path segments the route reads itself, with the request body."""
+    parameters = [{"name": n, "in": "path", "required": True, "schema": {"type": "string"}} for n in names]
+    return {**INFERENCE_BODY, "parameters": parameters}
+
+
+# Inference first: routes are matched in order, and it is the one on the hot path.
+@router.post("/models/{name}/infer", dependencies=[REQUIRE_INFER], summary="Inference (v2)", responses=INFERENCE, openapi_extra=_path("name"))
+async def infer(request: Request) -> Response:
+    # The name is read from the path as it is: a typed parameter costs a validation per request.
+    return await _infer(request, request.path_params["name"], None)
+
+
+@router.post(
+    "/models/{name}/versions/{version}/infer", dependencies=[REQUIRE_INFER], summary="Inference on a version (v2)",
+    responses=INFERENCE, openapi_extra=_path("name", "version"),
+)
+async def infer_version(request: Request) -> Response:
+    return await _infer(request, request.path_params["name"], request.path_params["version"])
+
+
+async def _infer(request: Request, name: str, version: str | None) -> Response:
+    data, binary = split_body(await request.body(), request.headers.get(HEADER_LENGTH))
+    number = core.parse_version(version)
+    app = services(request)
+    ids, costs = request_parameters(data)
+    if not _has_scores(data):
+        predictor = transformer.predictor_for(app.settings, name)
+        if predictor is not None:
+            return await _transform(request, predictor, name, number, data, binary, ids, costs)
+    loaded, outputs = await core.infer(app, name, number, read_inputs(data, binary), ids, costs)
+    return respond(data, name, str(loaded.version), outputs)
+
+
 @router.get("/health/live", summary="Liveness (v2)", responses={200: {"model": Live}})
 async def live() -> Response:
     return json_response({"live": True})
@@ -54,22 +104,6 @@ async def ready(request: Request) -> Response:
 @router.get("", summary="Server metadata (v2)", responses={200: {"model": ServerMetadata}})
 async def server_metadata() -> Response:
     return json_response(core.server_metadata())
-
-
-METADATA = {200: {"model": ModelMetadata}, 404: {}, 409: {}}
-READY = {200: {"model": ModelReady}, 404: {}, 409: {}}
-INFERENCE = {
-    200: {
-        "model": InferenceResponse,
-        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
-        "description": "JSON, or with binary outputs: the JSON header (Inference-Header-Content-Length bytes), then the data",
-    },
-    404: {},
-    409: {},
-    413: {},
-    422: {},
-}
-INFERENCE_BODY = request_body(("application/json", InferenceRequest))
 
 
 @router.get("/models/{name}", dependencies=[REQUIRE_METADATA], summary="Model metadata (v2)", responses=METADATA)
@@ -96,32 +130,6 @@ async def _ready(request: Request, name: str, version: str | None) -> Response:
     if not await core.model_ready(services(request), name, core.parse_version(version)):
         raise Problem(409, f"calibrator {name!r} has no current version; promote one or name a version")
     return json_response({"name": name, "ready": True})
-
-
-@router.post("/models/{name}/infer", dependencies=[REQUIRE_INFER], summary="Inference (v2)", responses=INFERENCE, openapi_extra=INFERENCE_BODY)
-async def infer(request: Request, name: str) -> Response:
-    return await _infer(request, name, None)
-
-
-@router.post(
-    "/models/{name}/versions/{version}/infer", dependencies=[REQUIRE_INFER], summary="Inference on a version (v2)",
-    responses=INFERENCE, openapi_extra=INFERENCE_BODY,
-)
-async def infer_version(request: Request, name: str, version: str) -> Response:
-    return await _infer(request, name, version)
-
-
-async def _infer(request: Request, name: str, version: str | None) -> Response:
-    data, binary = split_body(await request.body(), request.headers.get(HEADER_LENGTH))
-    number = core.parse_version(version)
-    app = services(request)
-    ids, costs = request_parameters(data)
-    if not _has_scores(data):
-        predictor = transformer.predictor_for(app.settings, name)
-        if predictor is not None:
-            return await _transform(request, predictor, name, number, data, binary, ids, costs)
-    loaded, outputs = await core.infer(app, name, number, read_inputs(data, binary), ids, costs)
-    return respond(data, name, str(loaded.version), outputs)
 
 
 def _has_scores(data: dict[str, Any]) -> bool:
