@@ -37,6 +37,7 @@ ORDER = [
     "closed_loop",
     "parquet_fit",
     "segments",
+    "oip",
 ]
 
 #: Every target of issue 8, so that one not yet measured still shows as a row.

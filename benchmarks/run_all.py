@@ -36,6 +36,7 @@ OWN = {
     "calibrate_profile": ([], ["--requests", "200", "--no-py-spy"]),
     "parquet_fit": ([], ["--rows", "200000", "--runs", "1"]),
     "segments": ([], ["--quick"]),
+    "oip": ([], ["--runs", "1", "--seconds", "1", "--latency-requests", "200", "--no-kserve"]),
 }
 #: The other benchmarks, at the sizes their issues ask for (K = 100 tables, 2,000 drift streams, five angular
 #: seeds); multiclass with fewer timing runs and seeds than its defaults.
