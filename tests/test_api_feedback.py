@@ -286,6 +286,15 @@ def test_a_key_reused_with_another_body_writes_nothing(client, name, row_counts)
     assert replay.json() == receipt(pending=1, unknown_ids=["k-1"])
 
 
+def test_a_keyed_request_with_numbers_beyond_64_bits_is_refused_not_failed(client, name, row_counts):
+    fit(client, name)
+    before = row_counts()
+    body = '{"calibrator": "%s", "ids": ["big"], "labels": [%d]}' % (name, 10**30)
+    response = client.post("/feedback", content=body, headers={"Idempotency-Key": "big-1", "content-type": "application/json"})
+    assert response.status_code == 422 and response.json()["errors"][0]["pointer"] == "/labels/0", response.text
+    assert row_counts() == before
+
+
 def test_labels_left_unmatched_after_the_grace_period_are_counted_and_listed(database_url, name):
     settings = Settings(database_url=database_url, pending_label_grace_seconds=0.5, pending_label_sweep_seconds=0.1)
     with LiveServer(settings) as live, httpx.Client(base_url=live.url, timeout=60) as http:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from typing import Annotated, Any
 
@@ -51,8 +52,11 @@ def _digest(body: FeedbackRequest) -> str:
     """sha256 of what the request says (its fields, keys sorted), whatever the encoding: a multipart
     upload sent again has a new boundary, a JSON body sent again may have other spacing."""
     fields = {name: getattr(body, name) for name in FeedbackRequest.model_fields}
-    option = orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY
-    return hashlib.sha256(orjson.dumps(fields, option=option, default=_plain)).hexdigest()
+    try:
+        text = orjson.dumps(fields, option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY, default=_plain)
+    except orjson.JSONEncodeError:  # integers beyond 64 bits: the request is refused later, but hashed first
+        text = json.dumps(fields, sort_keys=True, default=_plain).encode()
+    return hashlib.sha256(text).hexdigest()
 
 
 def _plain(value: Any) -> Any:
