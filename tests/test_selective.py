@@ -28,22 +28,38 @@ from app.metrics import ece
 FAST = {"hidden": [32, 32], "epochs": 60}
 
 
-def section6(n: int, rng: np.random.Generator, inlier_share: float = 0.8, c: float = 0.5, alpha: float = 1.0, separation: float = 4.0):
-    """Section 6's case, in its spirit: the classifier's logit z is 2v; inliers' true posterior is
-    sigmoid(c z), which one Platt map fits (slope c), and outliers' is sigmoid(-alpha c z), flipped.
+def section6(
+    n: int,
+    rng: np.random.Generator,
+    inlier_share: float = 0.8,
+    c: float = 0.5,
+    alpha: float = 1.0,
+    separation: float = 4.0,
+    noise_features: int = 3,
+    spread: float = 2.5,
+):
+    """Section 6's case, in its spirit: the classifier's logit z ~ N(0, spread^2); inliers' true posterior
+    is sigmoid(c z), which one Platt map fits (slope c), and outliers' is sigmoid(-alpha c z), flipped.
 
     Outliers have the inliers' score distribution (so no rule on the score can find them) but sit
-    ``separation`` away in the features: features = (z / 2, 3 coordinates ~ N(centre, I)).
+    ``separation`` away in the features: features = (z / 2, ``noise_features`` coordinates ~ N(centre, I)).
     Returns scores (probabilities), labels, features, the true posterior and the inlier flags.
     """
     inlier = rng.uniform(size=n) < inlier_share
-    z = rng.normal(0.0, 2.5, n)
-    centre = np.array([separation, 0.0, 0.0])
-    x = rng.normal(size=(n, 3)) + np.where(inlier[:, None], 0.0, centre)
+    z = rng.normal(0.0, spread, n)
+    centre = np.zeros(noise_features)
+    centre[0] = separation
+    x = rng.normal(size=(n, noise_features)) + np.where(inlier[:, None], 0.0, centre)
     features = np.column_stack([z / 2.0, x])
     truth = np.where(inlier, sigmoid(c * z), sigmoid(-alpha * c * z))
     labels = (rng.uniform(size=n) < truth).astype(int)
     return sigmoid(z), labels, features, truth, inlier
+
+
+#: The case the defaults are held to (ALGORITHMS.md): inliers sigmoid(0.5 v), outliers sigmoid(-2 v)
+#: (v the score's logit), 6 features, target coverage 0.7 under an inlier share of 0.8.
+DEFAULTS_CASE = {"c": 0.5, "alpha": 4.0, "noise_features": 5}
+DEFAULTS_BETA = 0.7
 
 
 # -- gradients ---------------------------------------------------------------------------
@@ -238,6 +254,88 @@ def test_section6_sequential_keeps_the_mixtures_recalibrator():
         f"\nsequential: Platt slope {sequential.recalibrator_.a_:.3f} (all-rows Platt on its training part; "
         f"all rows {platt.a_:.3f}), mean |p - true| on accepted {np.abs(p[accepted] - test[3][accepted]).mean():.4f}"
     )
+
+
+# -- the default options on the case they are held to (ALGORITHMS.md) ------------------------
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_default_options_calibrate_the_accepted_rows(seed):
+    """Default options only: ECE on the accepted rows < 0.03, mean |p - p_true| there below half
+    recalibration alone's, coverage within 0.05 of beta, on 50,000 fresh rows."""
+    rng = np.random.default_rng(seed)
+    scores, labels, features, _, _ = section6(4000, rng, **DEFAULTS_CASE)
+    test_scores, test_labels, test_features, truth, inlier = section6(50_000, rng, **DEFAULTS_CASE)
+    calibrator = SelectiveCalibrator(beta=DEFAULTS_BETA).fit(scores, labels, features=features)
+    p, extras = calibrator.predict_details(test_scores, features=test_features)
+    accepted = extras["accepted"]
+    alone = PlattCalibrator().fit(scores, labels).predict(test_scores)
+    selective_ece = ece(p[accepted], test_labels[accepted], target="binary")
+    distance = np.abs(p[accepted] - truth[accepted]).mean()
+    alone_distance = np.abs(alone - truth).mean()
+    print(
+        f"\nseed {seed}, mode {calibrator.mode}: ECE on accepted {selective_ece:.4f}; mean |p - p_true| on accepted "
+        f"{distance:.4f}, recalibration alone {alone_distance:.4f} (all rows), "
+        f"{np.abs(alone[accepted] - truth[accepted]).mean():.4f} (the same rows); coverage {accepted.mean():.3f}; "
+        f"inliers among accepted {inlier[accepted].mean():.3f}; slope {calibrator.recalibrator_.a_:.3f}"
+    )
+    assert selective_ece < 0.03
+    assert distance < 0.5 * alone_distance
+    assert distance < 0.5 * np.abs(alone[accepted] - truth[accepted]).mean()
+    assert abs(accepted.mean() - DEFAULTS_BETA) <= 0.05
+
+
+@pytest.fixture(scope="module")
+def sequential_case():
+    rng = np.random.default_rng(3)
+    scores, labels, features, _, _ = section6(3000, rng, **DEFAULTS_CASE)
+    return scores, labels, features
+
+
+def test_guard_serves_recalibration_alone_when_the_selective_fit_is_far_worse(sequential_case):
+    """``sequential`` keeps the mixture's recalibrator: far worse than recalibration alone, so not shipped."""
+    scores, labels, features = sequential_case
+    options = {"beta": DEFAULTS_BETA, "mode": "sequential", **FAST}
+    result = fit_calibrator("selective", "probability", options, scores, labels, arrays={"features": features})
+    guard = result.summary["selective"]["guard"]
+    selective, alone = result.summary["selective"]["selective_recalibration"], result.summary["selective"]["recalibration_alone"]
+    print(f"\nguard: {guard}")
+    assert guard["far_worse"] and guard["fell_back"]
+    assert guard["ece_accepted"] == selective["ece"] > 2 * alone["ece"]
+    assert result.summary["fit"]["guard"] == guard
+    # What is served is recalibration alone: Platt on every row, every input accepted.
+    calibrator = result.calibrator
+    platt = PlattCalibrator().fit(scores, labels)
+    p, extras = calibrator.predict_details(scores[:200], features=features[:200])
+    np.testing.assert_allclose(p, platt.predict(scores[:200]), rtol=0, atol=1e-12)
+    assert extras["accepted"].all()
+    # The summary's "after" describes it: recalibration alone's cross-fitted figures.
+    assert result.summary["after"]["ece"] == pytest.approx(alone["ece"], rel=1e-12)
+    rebuilt = from_dict(json.loads(json.dumps(calibrator.to_dict())))
+    assert rebuilt.fit_info()["guard"] == guard
+    np.testing.assert_array_equal(rebuilt.predict_details(scores[:200], features=features[:200])[0], p)
+
+
+def test_guard_off_keeps_the_selective_fit_and_says_so(sequential_case):
+    scores, labels, features = sequential_case
+    options = {"beta": DEFAULTS_BETA, "mode": "sequential", "guard": False, **FAST}
+    result = fit_calibrator("selective", "probability", options, scores, labels, arrays={"features": features})
+    guard = result.summary["selective"]["guard"]
+    assert guard["far_worse"] and not guard["fell_back"] and "kept" in guard["action"]
+    assert result.calibrator.selector_ is not None
+    accepted = result.calibrator.predict_details(scores, features=features)[1]["accepted"]
+    assert abs(accepted.mean() - DEFAULTS_BETA) < 0.05
+
+
+def test_guard_verdict_needs_a_gap_beyond_sampling_noise():
+    from app.calibration.selective import guard_verdict
+
+    noise = 0.5 * np.sqrt(15 / 400)
+    small_sample = guard_verdict({"ece": 0.05, "n_accepted": 400}, {"ece": 0.02})
+    assert small_sample["noise"] == pytest.approx(noise) and not small_sample["far_worse"]
+    assert guard_verdict({"ece": 0.02 + noise + 0.01, "n_accepted": 400}, {"ece": 0.02})["fell_back"]
+    assert not guard_verdict({"ece": 0.30, "n_accepted": 400}, {"ece": 0.20})["far_worse"]  # not twice as bad
+    assert not guard_verdict({"ece": 0.30, "n_accepted": 400}, {"ece": 0.01}, enabled=False)["fell_back"]
 
 
 # -- reproducibility, storage ----------------------------------------------------------------

@@ -9,10 +9,16 @@ selection use K-fold out-of-fold predictions instead.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from .base import Calibrator
+
+#: The folds of every fit summary (``fitting.fit_calibrator``) and of the
+#: baselines a method cross-fits beside it.
+CROSS_FIT_SPLITS = 5
+CROSS_FIT_SEED = 0
 
 
 def stratified_folds(labels: np.ndarray, n_splits: int = 5, seed: int = 0) -> np.ndarray:
@@ -49,6 +55,21 @@ def cross_val_predict(
     return cross_val_predict_details(calibrator, scores, labels, weights, n_splits, seed, folds, arrays)[0]
 
 
+@dataclass
+class OutOfFold:
+    """Out-of-fold predictions a fit already made, and the folds they were made on.
+
+    A calibrator whose fit cross-validates itself (``auto``: the chosen candidate's
+    predictions from the selection) keeps one as ``out_of_fold_``;
+    ``cross_val_predict_details`` returns it instead of refitting when asked for the
+    same folds.
+    """
+
+    folds: np.ndarray
+    predictions: np.ndarray
+    details: dict[str, np.ndarray] = field(default_factory=dict)
+
+
 def cross_val_predict_details(
     calibrator: Calibrator,
     scores: np.ndarray,
@@ -65,23 +86,24 @@ def cross_val_predict_details(
     Each fold is predicted by a fresh clone fitted on the other folds. With
     stratified folds and at least two rows of each class, every training part
     holds both classes. Extra ``arrays`` declared row-aligned are split with
-    the rows; the others go whole to every fit.
+    the rows; the others go whole to every fit. A fitted calibrator's own
+    ``out_of_fold_`` (``OutOfFold``) on the same folds is returned as it is.
     """
     arrays = arrays or {}
     if folds is None:
         folds = stratified_folds(labels, n_splits, seed)
+    cached = getattr(calibrator, "out_of_fold_", None)
+    if isinstance(cached, OutOfFold) and np.array_equal(cached.folds, folds):
+        if on_fold is not None:
+            on_fold(n_splits, n_splits)
+        return cached.predictions, cached.details
     out = None
     extras: dict[str, np.ndarray] = {}
     for fold in range(n_splits):
-        test = folds == fold
-        if not test.any():
+        part = fit_fold(calibrator, scores, labels, weights, folds, fold, arrays)
+        if part is None:
             continue
-        train = ~test
-        model = clone(calibrator)
-        model._fit(scores[train], labels[train], weights[train], **_split(arrays, calibrator.fit_arrays, train))
-        predicted, details = model._predict_details(
-            scores[test], **_split(arrays, calibrator.predict_arrays, test, only_declared=True)
-        )
+        test, predicted, details = part
         if out is None:
             out = np.empty((scores.shape[0], *predicted.shape[1:]), dtype=np.float64)
         out[test] = predicted
@@ -92,6 +114,29 @@ def cross_val_predict_details(
         if on_fold is not None:
             on_fold(fold + 1, n_splits)
     return out, extras
+
+
+def fit_fold(
+    calibrator: Calibrator,
+    scores: np.ndarray,
+    labels: np.ndarray,
+    weights: np.ndarray,
+    folds: np.ndarray,
+    fold: int,
+    arrays: dict[str, np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]] | None:
+    """(test mask, predictions, extras) of a clone fitted without fold ``fold``; None if the fold is empty."""
+    arrays = arrays or {}
+    test = folds == fold
+    if not test.any():
+        return None
+    train = ~test
+    model = clone(calibrator)
+    model._fit(scores[train], labels[train], weights[train], **_split(arrays, calibrator.fit_arrays, train))
+    predicted, details = model._predict_details(
+        scores[test], **_split(arrays, calibrator.predict_arrays, test, only_declared=True)
+    )
+    return test, predicted, details
 
 
 def _split(arrays: dict[str, np.ndarray], specs: dict, rows: np.ndarray, only_declared: bool = False) -> dict[str, np.ndarray]:

@@ -16,11 +16,8 @@ import numpy as np
 
 from ..metrics import brier, ece, evaluate, log_loss
 from .base import CalibrationInputError, Calibrator, check_arrays, n_classes_of, to_probability
-from .crossfit import cross_val_predict_details
+from .crossfit import CROSS_FIT_SEED, CROSS_FIT_SPLITS, cross_val_predict_details
 from .registry import get_method
-
-CROSS_FIT_SPLITS = 5
-CROSS_FIT_SEED = 0
 
 
 @dataclass
@@ -97,28 +94,36 @@ def fit_calibrator(
     ``progress(fraction, stage)``, if given, is called as the work advances.
 
     ``after`` comes from 5-fold out-of-fold predictions: each row is scored by a
-    calibrator fitted without it.
+    calibrator fitted without it (for ``auto``, the chosen method's, reused from
+    the choice; see ``auto``). ``fit_seconds`` is the whole time, validation
+    included; ``summary.timings`` splits it into ``fit`` (the calibrator served)
+    and ``summary`` (cross-fitting and metrics).
     """
     report = progress or (lambda fraction, stage: None)
     report(0.0, "validating")
+    started = time.perf_counter()
     calibrator = get_method(method).from_options(input, options)
     scores, labels, weights, names = calibrator.check_holdout_arrays(scores, labels, sample_weight, classes, max_samples)
     extras = check_arrays(arrays or {}, calibrator.fit_arrays, scores.shape[0])
     report(0.05, "fitting")
-    started = time.perf_counter()
+    fit_started = time.perf_counter()
     calibrator._fit(scores, labels, weights, **extras)
     calibrator.n_classes_ = n_classes_of(scores, calibrator.tasks)
     try:  # the checks an imported calibrator must pass too
         calibrator.check_state()
     except CalibrationInputError as error:
         raise CalibrationInputError("scores", f"the fit on this holdout gives an unusable calibrator ({error})") from None
-    fit_seconds = time.perf_counter() - started
+    summary_started = time.perf_counter()
     report(0.2, "cross-fitting")
     out_of_fold, out_of_fold_extras = cross_val_predict_details(
         calibrator, scores, labels, weights, CROSS_FIT_SPLITS, CROSS_FIT_SEED, arrays=extras,
         on_fold=lambda k, n: report(0.2 + 0.65 * k / n, f"cross-fitted fold {k} of {n}"),
     )
+    reused = out_of_fold is getattr(getattr(calibrator, "out_of_fold_", None), "predictions", None)
     report(0.85, "evaluating")
+    # The method's own items first: they may replace the fit after seeing its cross-fitted
+    # figures (selective's guard), and then describe what is served in ``out_of_fold``.
+    method_summary = calibrator.cross_fit_summary(out_of_fold, out_of_fold_extras, scores, labels, weights, extras)
     raw = raw_probabilities(scores, input, calibrator)
     given_weights = None if sample_weight is None else weights
     summary = {
@@ -129,15 +134,25 @@ def fit_calibrator(
             "before": evaluate(raw, labels, given_weights),
             "after": evaluate(out_of_fold, labels, given_weights),
         },
-        "cross_fit": {"n_splits": CROSS_FIT_SPLITS, "seed": CROSS_FIT_SEED},
+        "cross_fit": {
+            "n_splits": CROSS_FIT_SPLITS,
+            "seed": CROSS_FIT_SEED,
+            "of": "the chosen method, reused from the choice (made on the same folds)" if reused else "the whole fit",
+        },
         "fit": calibrator.fit_info(),
-        **calibrator.cross_fit_summary(out_of_fold, out_of_fold_extras, scores, labels, weights, extras),
+        **method_summary,
+    }
+    finished = time.perf_counter()
+    summary["timings"] = {
+        "validate": fit_started - started,
+        "fit": summary_started - fit_started,
+        "summary": finished - summary_started,
     }
     return FitResult(
         calibrator=calibrator,
         summary=summary,
         n_samples=int(scores.shape[0]),
         holdout_sha256=holdout_fingerprint(scores, labels, given_weights, extras),
-        fit_seconds=fit_seconds,
+        fit_seconds=finished - started,
         classes=names,
     )

@@ -48,6 +48,10 @@ METHODS: dict[str, type[Calibrator]] = {
 }
 
 
+# auto chooses among the registered methods; handing it the table here keeps the imports one way.
+AutoCalibrator.methods = METHODS
+
+
 def get_method(name: str) -> type[Calibrator]:
     """The class registered under ``name``."""
     try:

@@ -24,21 +24,45 @@ cross-entropy (the top label of sigmoid(A z + B) is correct exactly when the
 class-1 label agrees with it), so binary h is plain Platt and
 S-TLBCE = S-MCE, as the paper notes.
 
-Training (``mode``):
+Training (``mode``); every mode starts by fitting h alone (g_hat = 1):
 
-* ``sequential``: h is fitted alone (g_hat = 1), then the selector is trained
-  by Adam on mini-batches with h fixed;
-* ``joint``: after the same pre-training, the selector and h are trained
-  together: each epoch runs Adam on the selector, then moves h to the
-  minimiser of the same loss for the current g_hat (block-coordinate descent;
-  for fixed g_hat the loss is a g_hat-weighted log-loss of h, minimised by
-  Newton's method on h's one or two parameters with the analytic gradient).
-  Once the selector and tau are final, a last h step minimises the loss for
-  the hard selection the service applies (g = 1[g_hat >= tau]) over every
-  holdout row accepted, the threshold rows included (h does not affect which
-  rows are accepted, so this leaves the coverage guarantee intact). A soft
-  g_hat still gives the rejected outliers some weight, which biased h in
-  section 6's case (slope 0.41 to 0.53 against a true 0.5).
+* ``sequential``: the paper's sequential baseline: the selector is trained
+  by Adam on mini-batches with h fixed at that pre-training, and h is served
+  as it is. On section 6's case that h is the mixture's (slope 0.2 where the
+  inliers' is 0.5), so the accepted rows are not calibrated; it is kept to
+  compare with, and for a recalibrator that must not move.
+* ``refit``: the same selector, then h is refitted on the rows it accepts
+  (the last h step below).
+* ``joint`` (default): the selector and h are trained together: each epoch
+  runs Adam on the selector, then moves h to the minimiser of the same loss
+  for the current g_hat (block-coordinate descent; for fixed g_hat the loss
+  is a g_hat-weighted log-loss of h, minimised by Newton's method on h's one
+  or two parameters with the analytic gradient). The selector then learns
+  which rows the *moving* h cannot fit, which is what section 6 needs when h
+  fitted on every row fails the inliers and outliers alike.
+
+The last h step (``refit`` and ``joint``): once the selector and tau are final,
+h minimises the loss for the hard selection the service applies
+(g = 1[g_hat >= tau]) over every holdout row accepted, the threshold rows
+included (h does not affect which rows are accepted, so this leaves the
+coverage guarantee intact). A soft g_hat still gives the rejected outliers
+some weight, which biased h in section 6's case (slope 0.41 to 0.53 against
+a true 0.5).
+
+Default: ``joint``, chosen by the numbers of benchmarks/selective.py (the
+synthetic case, several seeds and two score spreads): on the accepted rows
+it had the lowest ECE and mean |p - p_true| of the three modes (see
+benchmarks/results/selective.md); ``refit`` is close and about a third
+cheaper; ``sequential`` fails the case.
+
+Guard (``guard``, in ``fit_calibrator``'s cross-fitted summary): when the
+cross-fitted ECE on the accepted rows exceeds twice recalibration alone's on
+every row, by more than binned ECE's own sampling noise at that many accepted
+rows (0.5 sqrt(15 / n_accepted)), the selective fit is not shipped: the
+calibrator falls back to recalibration alone (h fitted on every row, every
+input accepted), and ``summary.selective.guard`` and ``fit_info()["guard"]``
+say so with both figures. ``guard: false`` keeps the selective fit and only
+reports the comparison.
 
 Gradients are analytic (``_mlp.backward`` and ``selective_loss``), checked
 against finite differences in the tests; numpy only.
@@ -75,11 +99,11 @@ from ..metrics import brier, ece
 from . import _mlp
 from ._multiclass import MAX_TEMPERATURE, MIN_TEMPERATURE, as_logits
 from .base import ArraySpec, CalibrationInputError, Calibrator, sigmoid, to_logit
-from .crossfit import stratified_folds
+from .crossfit import CROSS_FIT_SEED, CROSS_FIT_SPLITS, stratified_folds
 from .platt import PlattCalibrator
 from .temperature import TemperatureCalibrator
 
-MODES = ("sequential", "joint")
+MODES = ("sequential", "refit", "joint")
 FEATURES = ArraySpec(ndim=2, rows=True, required=False, description="a feature embedding per row (n x f)")
 FEATURES_REQUIRED = ArraySpec(
     ndim=2, rows=True, required=True, description="a feature embedding per row, as at fit time (n x f)"
@@ -186,7 +210,8 @@ class SelectiveCalibrator(Calibrator):
 
     Options:
         beta: target coverage, the share of inputs accepted, in (0, 1] (default 0.8).
-        mode: ``sequential`` (h fitted first, then fixed) or ``joint`` (then trained with the selector).
+        mode: ``joint`` (default: h trained with the selector), ``refit`` (selector trained with h
+            fixed, then h refitted on the accepted rows) or ``sequential`` (h fixed throughout).
         hidden: widths of the selector's hidden ReLU layers (default [64, 64]; the paper
             uses [128, 128] on 1000-2000 rows with GPU training, [64, 64] keeps a fit of a
             few thousand rows to seconds on a CPU; [] is a logistic-regression selector).
@@ -197,6 +222,8 @@ class SelectiveCalibrator(Calibrator):
         threshold_fraction: share of the holdout held out of training to set tau (default 0.25).
         confidence: level of the coverage interval, 1 - delta (default 0.95).
         seed: seeds the split, the initial weights and the batch order (default 0).
+        guard: fall back to recalibration alone when the cross-fitted summary finds the
+            accepted rows far worse calibrated than recalibration alone (default true).
     """
 
     method = "selective"
@@ -210,7 +237,7 @@ class SelectiveCalibrator(Calibrator):
         self,
         input: str = "probability",
         beta: float = 0.8,
-        mode: str = "sequential",
+        mode: str = "joint",
         hidden: list[int] | tuple[int, ...] = (64, 64),
         epochs: int = 100,
         batch_size: int = 128,
@@ -219,6 +246,7 @@ class SelectiveCalibrator(Calibrator):
         threshold_fraction: float = 0.25,
         confidence: float = 0.95,
         seed: int = 0,
+        guard: bool = True,
     ):
         self.input = input
         self.beta = beta
@@ -231,6 +259,7 @@ class SelectiveCalibrator(Calibrator):
         self.threshold_fraction = threshold_fraction
         self.confidence = confidence
         self.seed = seed
+        self.guard = guard
 
     # -- options --------------------------------------------------------------------------
     def _check_params(self) -> None:
@@ -264,6 +293,8 @@ class SelectiveCalibrator(Calibrator):
         number("threshold_fraction", 0.0, 0.9, True, False)
         number("confidence", 0.0, 1.0, True, True)
         integer("seed", 0, 2**32 - 1)
+        if not isinstance(self.guard, bool):
+            raise CalibrationInputError("options.guard", "must be true or false")
 
     # -- declared arrays ------------------------------------------------------------------
     @property
@@ -277,6 +308,7 @@ class SelectiveCalibrator(Calibrator):
 
     # -- fitting --------------------------------------------------------------------------
     def _fit(self, scores: np.ndarray, labels: np.ndarray, weights: np.ndarray, features: np.ndarray | None = None) -> None:
+        self.guard_ = None  # set by the cross-fitted summary (fit_calibrator)
         with _mlp.single_threaded_blas():
             self._fit_selective(scores, labels, weights, features)
 
@@ -307,7 +339,7 @@ class SelectiveCalibrator(Calibrator):
 
         s_held = _mlp.predict(selector, x[held])
         threshold_logit = coverage_threshold(s_held, self.beta)
-        if self.mode == "joint":
+        if self.mode != "sequential":
             # The service selects hard (g_hat >= tau): the last h step minimises the loss for
             # that selection, over every holdout row it accepts. The selector is final by now,
             # so h may use the threshold rows too without touching the coverage guarantee.
@@ -437,6 +469,8 @@ class SelectiveCalibrator(Calibrator):
             "coverage": dict(self.coverage_),
             "training": dict(self.training_),
         }
+        if getattr(self, "guard_", None) is not None:
+            info["guard"] = dict(self.guard_)
         if self.selector_ is not None:
             info["selector"] = {"n_inputs": self.selector_["n_inputs"], "hidden": [int(w) for w in self.hidden]}
         return info
@@ -460,21 +494,44 @@ class SelectiveCalibrator(Calibrator):
         typical selector inputs rejected: the features, or the score in
         scores-only mode), each rejecting at a threshold set on its fold's
         training part to accept a share beta.
+
+        Then the guard (module docstring): when the selective figures are far worse than
+        recalibration alone's and ``guard`` is on, this calibrator becomes recalibration
+        alone, and ``out_of_fold`` and ``extras["accepted"]`` are overwritten in place with
+        that baseline's (the same folds), so that the rest of the summary describes what
+        is served.
         """
         summary: dict[str, Any] = {"beta": float(self.beta), "mode": self.mode}
         accepted = extras.get("accepted")
         if accepted is None:
             return {"selective": summary}
         summary["selective_recalibration"] = rejection_metrics(out_of_fold, labels, weights, accepted)
-        from .fitting import CROSS_FIT_SEED, CROSS_FIT_SPLITS  # fitting imports the registry, which imports us
-
         features = arrays.get("features")
         folds = stratified_folds(labels, CROSS_FIT_SPLITS, CROSS_FIT_SEED)
         baselines = cross_fitted_baselines(scores, labels, weights, features, self.input, self.beta, folds, self.seed)
         for name, (probabilities, flags) in baselines.items():
             summary[name] = rejection_metrics(probabilities, labels, weights, flags)
         summary["isolation_forest"]["on"] = "features" if features is not None else "scores"
+        if self.selector_ is not None:
+            guard = guard_verdict(summary["selective_recalibration"], summary["recalibration_alone"], self.guard)
+            if guard["fell_back"]:
+                alone, _ = baselines["recalibration_alone"]
+                out_of_fold[...] = alone
+                accepted[...] = True
+                self._fall_back(scores, labels, weights)
+            self.guard_ = guard
+            summary["guard"] = guard
         return {"selective": summary}
+
+    def _fall_back(self, scores: np.ndarray, labels: np.ndarray, weights: np.ndarray) -> None:
+        """Become recalibration alone: h fitted on every row, every input accepted (features,
+        if fitted with them, are still required so that clients need not change)."""
+        self.recalibrator_ = _fit_recalibrator(scores, labels, weights, self.input)
+        self.selector_ = None
+        self.threshold_, self.threshold_logit_ = 0.0, None
+        self.coverage_ = {
+            "target": float(self.beta), "reached": 1.0, "interval": [1.0, 1.0], "confidence": self.confidence, "n_rows": 0,
+        }
 
     # -- serialisation --------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -498,6 +555,7 @@ class SelectiveCalibrator(Calibrator):
             "coverage": self.coverage_,
             "training": self.training_,
             "score_ndim": int(self.score_ndim_),
+            "guard": getattr(self, "guard_", None),
         }
         return {"method": self.method, "params": params, "n_classes": getattr(self, "n_classes_", 2), "state": state}
 
@@ -529,6 +587,8 @@ class SelectiveCalibrator(Calibrator):
         calibrator.coverage_ = dict(state["coverage"])
         calibrator.training_ = dict(state["training"])
         calibrator.score_ndim_ = int(state["score_ndim"])
+        guard = state.get("guard")
+        calibrator.guard_ = None if guard is None else dict(guard)
         calibrator.n_classes_ = 2
         return calibrator
 
@@ -695,6 +755,32 @@ def rejection_metrics(
     else:
         result |= {"ece": None, "brier": None, "accuracy_accepted": None}
     return result
+
+
+def guard_verdict(selective: dict[str, Any], alone: dict[str, Any], enabled: bool = True) -> dict[str, Any]:
+    """Whether cross-fitted selective recalibration is far worse calibrated than recalibration alone.
+
+    Far worse: ECE on the accepted rows above twice recalibration alone's (every row), and
+    the gap above 0.5 sqrt(15 / n_accepted), about the binned ECE (15 bins) of a perfectly
+    calibrated predictor on that many rows: a gap within sampling noise is not evidence.
+    """
+    selective_ece, alone_ece, n = selective.get("ece"), alone.get("ece"), int(selective.get("n_accepted", 0))
+    noise = 0.5 * math.sqrt(15.0 / max(n, 1))
+    far_worse = selective_ece is None or (
+        alone_ece is not None and selective_ece > 2.0 * alone_ece and selective_ece - alone_ece > noise
+    )
+    verdict = {
+        "ece_accepted": selective_ece,
+        "ece_recalibration_alone": alone_ece,
+        "noise": noise,
+        "far_worse": bool(far_worse),
+        "fell_back": bool(far_worse and enabled),
+    }
+    if verdict["fell_back"]:
+        verdict["action"] = "served recalibration alone (every input accepted): the selective fit was far worse calibrated"
+    elif far_worse:
+        verdict["action"] = "kept the selective fit (guard off), although it was far worse calibrated"
+    return verdict
 
 
 def quantile_accept(train_values: np.ndarray, test_values: np.ndarray, beta: float) -> np.ndarray:
