@@ -46,22 +46,28 @@ def test_matches_sklearn(input, ties, weighted, seed):
     if weighted:
         weights = rng.uniform(0.1, 3.0, n)
         weights[rng.random(n) < 0.1] = 0.0  # zero-weight rows are dropped by both
-    ours = IsotonicCalibrator(input=input).fit(scores, labels, sample_weight=weights)
+    ours = IsotonicCalibrator(min_probability=0, input=input).fit(scores, labels, sample_weight=weights)
     reference, expected = sklearn_predict(scores, labels, weights, new)
     np.testing.assert_allclose(ours.predict(new), expected, rtol=0, atol=1e-12)
     # The same trimmed block boundaries are stored.
     np.testing.assert_array_equal(ours.x_thresholds_, reference.X_thresholds_)
     np.testing.assert_allclose(ours.y_thresholds_, reference.y_thresholds_, rtol=0, atol=1e-12)
+    # By default the block values are kept within [m, 1 - m], m = 1 / (2 (n + 1)) for n rows of
+    # positive weight, and interpolated as before.
+    m = 0.5 / (np.count_nonzero(weights > 0) + 1) if weighted else 0.5 / (n + 1)
+    floored = IsotonicCalibrator(input=input).fit(scores, labels, sample_weight=weights)
+    kept = np.interp(new, reference.X_thresholds_, np.clip(reference.y_thresholds_, m, 1 - m))
+    np.testing.assert_allclose(floored.predict(new), kept, rtol=0, atol=1e-12)
 
 
 def test_constant_fit_and_single_distinct_score():
     labels = np.array([0, 1] * 10)
-    same = IsotonicCalibrator().fit(np.full(20, 0.3), labels)
+    same = IsotonicCalibrator(min_probability=0).fit(np.full(20, 0.3), labels)
     np.testing.assert_array_equal(same.predict([0.0, 0.3, 1.0]), [0.5, 0.5, 0.5])
     assert same.fit_info()["n_blocks"] == 1
     # Labels decreasing in the score: one pooled block.
     scores = np.linspace(0, 1, 20)
-    flat = IsotonicCalibrator().fit(scores, (scores < 0.5).astype(int))
+    flat = IsotonicCalibrator(min_probability=0).fit(scores, (scores < 0.5).astype(int))
     np.testing.assert_allclose(flat.predict(scores), 0.5)
     assert flat.x_thresholds_.tolist() == [0.0, 1.0]
 
@@ -69,7 +75,7 @@ def test_constant_fit_and_single_distinct_score():
 def test_fit_info():
     scores = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95])
     labels = np.array([0, 0, 1, 0, 0, 1, 1, 0, 1, 1])
-    info = IsotonicCalibrator().fit(scores, labels).fit_info()
+    info = IsotonicCalibrator(min_probability=0).fit(scores, labels).fit_info()
     expected = IsotonicRegression().fit(scores, labels).predict(scores)
     assert info["n_blocks"] == len(np.unique(expected))
     assert info["score_range"] == [0.1, 0.95]
@@ -92,7 +98,7 @@ queries = st.lists(st.floats(0, 1), min_size=1, max_size=30)
 def fit_from(holdout, input="probability"):
     scores, labels, weights = holdout
     labels = [0, 0, 1, 1] + labels[4:]  # both classes, at least two of each
-    return IsotonicCalibrator(input=input).fit(scores, labels, sample_weight=weights)
+    return IsotonicCalibrator(min_probability=0, input=input).fit(scores, labels, sample_weight=weights)
 
 
 @settings(max_examples=200, deadline=None)
@@ -140,30 +146,30 @@ GOOD_LABELS = np.array([0, 1] * 6)
 )
 def test_bad_input(scores, labels, field):
     with pytest.raises(CalibrationInputError) as raised:
-        IsotonicCalibrator().fit(scores, labels)
+        IsotonicCalibrator(min_probability=0).fit(scores, labels)
     assert raised.value.field == field
 
 
 def test_bad_input_at_predict_and_weights():
-    model = IsotonicCalibrator().fit(GOOD_SCORES, GOOD_LABELS)
+    model = IsotonicCalibrator(min_probability=0).fit(GOOD_SCORES, GOOD_LABELS)
     with pytest.raises(CalibrationInputError):
         model.predict([0.5, np.nan])
     with pytest.raises(CalibrationInputError):
-        IsotonicCalibrator().fit(GOOD_SCORES, GOOD_LABELS, sample_weight=np.r_[np.ones(11), -1.0])
+        IsotonicCalibrator(min_probability=0).fit(GOOD_SCORES, GOOD_LABELS, sample_weight=np.r_[np.ones(11), -1.0])
     # Only one class keeps a positive weight.
     with pytest.raises(CalibrationInputError):
-        IsotonicCalibrator().fit(GOOD_SCORES, GOOD_LABELS, sample_weight=GOOD_LABELS.astype(float))
+        IsotonicCalibrator(min_probability=0).fit(GOOD_SCORES, GOOD_LABELS, sample_weight=GOOD_LABELS.astype(float))
     # Logit input accepts any finite score, but not infinity.
-    IsotonicCalibrator(input="logit").fit(GOOD_SCORES * 40 - 20, GOOD_LABELS)
+    IsotonicCalibrator(min_probability=0, input="logit").fit(GOOD_SCORES * 40 - 20, GOOD_LABELS)
     with pytest.raises(CalibrationInputError):
-        IsotonicCalibrator(input="logit").fit(np.r_[GOOD_SCORES[:-1], np.inf], GOOD_LABELS)
+        IsotonicCalibrator(min_probability=0, input="logit").fit(np.r_[GOOD_SCORES[:-1], np.inf], GOOD_LABELS)
 
 
 def test_subnormal_knot_spacing_stays_finite():
     # np.interp's slope (y1 - y0) / (x1 - x0) overflows for knots 1e-311 apart.
     scores = np.r_[np.zeros(14), 2.0e-311, 2.0e-311]
     labels = np.r_[np.zeros(12), 1, 1, 1, 1]
-    model = IsotonicCalibrator().fit(scores, labels)
+    model = IsotonicCalibrator(min_probability=0).fit(scores, labels)
     p = model.predict([0.0, 5e-324, 1e-311, 2.0e-311, 0.5])
     assert np.all(np.isfinite(p)) and np.all(np.diff(p) >= 0)
     np.testing.assert_allclose(p, [1 / 7, 1 / 7, 1 / 7 + 0.5 * 6 / 7, 1.0, 1.0], rtol=0, atol=1e-12)

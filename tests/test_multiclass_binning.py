@@ -24,7 +24,7 @@ LABELS = np.array([0, 1, 1, 2, 0])
 
 def test_ovr_isotonic_by_hand():
     scores, labels = np.repeat(ROWS, 2, axis=0), np.repeat(LABELS, 2)
-    calibrator = OneVsRestIsotonicCalibrator().fit(scores, labels)
+    calibrator = OneVsRestIsotonicCalibrator(min_probability=0).fit(scores, labels)
     # Per class, sorted by p_k, the indicators 1[y = k] and their PAV fit:
     #   class 0: p .05 .15 .30 .60 .70 -> 1 0 0 0 1 -> 1/4 1/4 1/4 1/4 1
     #   class 1: p .20 .25 .35 .40 .50 -> 0 1 0 0 1 -> 0 1/3 1/3 1/3 1
@@ -36,13 +36,13 @@ def test_ovr_isotonic_by_hand():
     )
     np.testing.assert_allclose(calibrator.predict(ROWS), expected, atol=1e-12)
     # The same through logits: the per-class score is the one-vs-rest log-odds either way.
-    on_logits = OneVsRestIsotonicCalibrator(input="logit").fit(np.log(scores) + 3.0, labels)
+    on_logits = OneVsRestIsotonicCalibrator(min_probability=0, input="logit").fit(np.log(scores) + 3.0, labels)
     np.testing.assert_allclose(on_logits.predict(np.log(ROWS) - 1.0), expected, atol=1e-9)
 
 
 def test_ovr_isotonic_row_of_zeros_falls_back_to_the_input_probabilities():
     scores, labels = np.repeat(ROWS, 2, axis=0), np.repeat(LABELS, 2)
-    calibrator = OneVsRestIsotonicCalibrator().fit(scores, labels)
+    calibrator = OneVsRestIsotonicCalibrator(min_probability=0).fit(scores, labels)
     calibrator.y_thresholds_ = np.zeros_like(calibrator.y_thresholds_)  # every class says 0
     np.testing.assert_allclose(calibrator.predict(ROWS), ROWS, atol=1e-15)
 
@@ -97,7 +97,7 @@ TOP_LABELS = np.array([0, 0, 1, 0, 0, 1, 0, 1, 2, 2])
 
 
 def test_top_label_histogram_one_bin_per_class_by_hand():
-    calibrator = TopLabelHistogramCalibrator(n_bins=1, points_per_bin=2, prior_strength=0.0).fit(TOP_ROWS, TOP_LABELS)
+    calibrator = TopLabelHistogramCalibrator(min_probability=0, n_bins=1, points_per_bin=2, prior_strength=0.0).fit(TOP_ROWS, TOP_LABELS)
     # Predicted 0: 4 of 5 right -> 0.8. Predicted 1: 2 of 4 -> 0.5. Predicted 2 has 1 row (< 2):
     # the pooled binning of all rows, 7 of 10 right -> 0.7.
     info = calibrator.fit_info()
@@ -117,18 +117,18 @@ def test_top_label_histogram_one_bin_per_class_by_hand():
 def test_top_label_histogram_bins_the_confidence_within_a_class():
     # Class 0's five confidences .5 .6 .7 .8 .9 in 2 equal-mass bins: the edge is at .8
     # (halfway goes up), so [.5, .8) has 3 of 3 right and [.8, .9] 1 of 2.
-    calibrator = TopLabelHistogramCalibrator(n_bins=2, points_per_bin=2, prior_strength=0.0).fit(TOP_ROWS, TOP_LABELS)
+    calibrator = TopLabelHistogramCalibrator(min_probability=0, n_bins=2, points_per_bin=2, prior_strength=0.0).fit(TOP_ROWS, TOP_LABELS)
     out = calibrator.predict(np.array([[0.65, 0.25, 0.1], [0.85, 0.1, 0.05]]))
     np.testing.assert_allclose(out, [[1.0, 0.0, 0.0], [0.5, 0.5 * 0.1 / 0.15, 0.5 * 0.05 / 0.15]], atol=1e-12)
     # The Beta prior pulls a bin toward the class's accuracy 4/5: (3 + 2 * 0.8) / (3 + 2).
-    shrunk = TopLabelHistogramCalibrator(n_bins=2, points_per_bin=2, prior_strength=2.0).fit(TOP_ROWS, TOP_LABELS)
+    shrunk = TopLabelHistogramCalibrator(min_probability=0, n_bins=2, points_per_bin=2, prior_strength=2.0).fit(TOP_ROWS, TOP_LABELS)
     assert shrunk.predict(np.array([[0.65, 0.25, 0.1]]))[0, 0] == pytest.approx(4.6 / 5)
 
 
 def test_top_label_histogram_ties_and_logits():
-    on_logits = TopLabelHistogramCalibrator(input="logit", n_bins=1, points_per_bin=2, prior_strength=0.0)
+    on_logits = TopLabelHistogramCalibrator(min_probability=0, input="logit", n_bins=1, points_per_bin=2, prior_strength=0.0)
     on_logits.fit(np.log(TOP_ROWS) + 5.0, TOP_LABELS)
-    on_probabilities = TopLabelHistogramCalibrator(n_bins=1, points_per_bin=2, prior_strength=0.0).fit(TOP_ROWS, TOP_LABELS)
+    on_probabilities = TopLabelHistogramCalibrator(min_probability=0, n_bins=1, points_per_bin=2, prior_strength=0.0).fit(TOP_ROWS, TOP_LABELS)
     query = np.array([[0.6, 0.3, 0.1], [0.1, 0.3, 0.6]])
     np.testing.assert_allclose(on_logits.predict(np.log(query)), on_probabilities.predict(query), atol=1e-12)
     # A tie for the top goes to the lowest index: class 0 here, whose accuracy is 0.8.

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import Calibrator, CalibrationInputError, state_array, state_number
+from .base import Calibrator, CalibrationInputError, check_min_probability, keep_off_edges, state_array, state_number
 
 MAX_BINS = 1000
 
@@ -84,22 +84,28 @@ class HistogramCalibrator(Calibrator):
             when ties leave fewer distinct scores.
         prior_strength: S, the weight of the beta prior toward the base rate
             r in each bin (default 2.0; 0 gives the raw bin means).
+        min_probability: outputs are kept within [m, 1 - m] (default null:
+            m = 1 / (2 (n + 1)) for n holdout rows; 0: none). See ``keep_off_edges``.
     """
 
     method = "histogram"
     monotone = False
     fitted_attributes = ("edges_", "values_", "bin_weights_", "base_rate_")
 
-    def __init__(self, input: str = "probability", n_bins: int = 10, prior_strength: float = 2.0):
+    def __init__(
+        self, input: str = "probability", n_bins: int = 10, prior_strength: float = 2.0, min_probability: float | None = None
+    ):
         self.input = input
         self.n_bins = n_bins
         self.prior_strength = prior_strength
+        self.min_probability = min_probability
 
     def _check_params(self) -> None:
         check_n_bins(self.n_bins)
         s = self.prior_strength
         if isinstance(s, bool) or not isinstance(s, Real) or not np.isfinite(s) or s < 0:
             raise CalibrationInputError("options.prior_strength", "must be a finite number >= 0")
+        check_min_probability(self.min_probability)
 
     def _check_state(self) -> None:
         check_bins(self, (0.0, 1.0) if self.input == "probability" else None)
@@ -118,7 +124,7 @@ class HistogramCalibrator(Calibrator):
         with np.errstate(invalid="ignore", divide="ignore"):
             values = np.where(denominator > 0, (bin_positives + s * rate) / denominator, rate)
         self.edges_ = edges
-        self.values_ = np.clip(values, 0.0, 1.0)
+        self.values_ = keep_off_edges(np.clip(values, 0.0, 1.0), self.min_probability, np.count_nonzero(weights > 0))
         self.bin_weights_ = bin_weights
         self.base_rate_ = rate
 

@@ -40,7 +40,7 @@ import numpy as np
 from scipy.optimize import isotonic_regression
 
 from ._fastpath import quick_list
-from .base import Calibrator, CalibrationInputError, state_array
+from .base import Calibrator, CalibrationInputError, check_min_probability, keep_off_edges, state_array
 
 
 def pool_ties(
@@ -236,11 +236,24 @@ class _Interpolator:
 
 
 class IsotonicCalibrator(Calibrator):
-    """Isotonic regression, interpolated between block boundaries."""
+    """Isotonic regression, interpolated between block boundaries.
+
+    Options:
+        min_probability: outputs are kept within [m, 1 - m] (default null:
+            m = 1 / (2 (n + 1)) for n holdout rows; 0: blocks of one class
+            give exactly 0 or 1). See ``keep_off_edges``.
+    """
 
     method = "isotonic"
     monotone = True
     fitted_attributes = ("x_thresholds_", "y_thresholds_")
+
+    def __init__(self, input: str = "probability", min_probability: float | None = None):
+        self.input = input
+        self.min_probability = min_probability
+
+    def _check_params(self) -> None:
+        check_min_probability(self.min_probability)
 
     def _check_state(self) -> None:
         # Thresholds in order, outputs probabilities in order: what makes predict monotone.
@@ -258,8 +271,9 @@ class IsotonicCalibrator(Calibrator):
         keep = np.ones(fitted.shape[0], dtype=bool)
         keep[1:-1] = (fitted[1:-1] != fitted[:-2]) | (fitted[1:-1] != fitted[2:])
         self.x_thresholds_ = x[keep]
-        # Block means of 0/1 labels lie in [0, 1]; the clip only undoes rounding.
-        self.y_thresholds_ = np.clip(fitted[keep], 0.0, 1.0)
+        # Block means of 0/1 labels lie in [0, 1]; kept off its ends (interpolation between
+        # the thresholds stays within them).
+        self.y_thresholds_ = keep_off_edges(np.clip(fitted[keep], 0.0, 1.0), self.min_probability, np.count_nonzero(weights > 0))
 
     def predict_details(self, scores, **arrays):
         # The hot path: a short valid list goes to numpy's interp as it is (one numpy

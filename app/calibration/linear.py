@@ -169,7 +169,8 @@ class _LinearCalibrator(Calibrator):
         k = int(self.n_classes_)
         weights = self.weights_
         ndim = weights.ndim if isinstance(weights, np.ndarray) and weights.ndim in (1, 2) else 2
-        state_array(weights, "weights_", ndim=ndim, shape=(k,) * ndim)
+        # A K x K map, K scales, or one scale shared by every class (fixed_diagonal).
+        state_array(weights, "weights_", ndim=ndim, shape=(k,) * ndim if ndim == 2 or weights.shape != (1,) else (1,))
         state_array(self.bias_, "bias_", shape=(k,))
         state_number(self.reg_lambda_, "reg_lambda_", low=0.0)
 

@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ._multiclass import as_logits, check_packed, one_vs_rest_logits, pack_components, softmax, unpack_component
-from .base import Calibrator
+from .base import Calibrator, check_min_probability
 from .isotonic import IsotonicCalibrator
 from .platt import PlattCalibrator
 
@@ -53,6 +53,9 @@ class _OneVsRestCalibrator(Calibrator):
         probabilities = scores if self.input == "probability" else softmax(z)
         return one_vs_rest_logits(z), probabilities
 
+    def _component_options(self) -> dict[str, Any]:
+        return {}
+
     def _check_state(self) -> None:
         names = self.component.fitted_attributes
         check_packed(self, self.component, "logit", names, "calibrated_", int(self.n_classes_), lambda part: part._check_state())
@@ -66,7 +69,7 @@ class _OneVsRestCalibrator(Calibrator):
             if not present[c]:
                 components.append(None)
                 continue
-            component = self.component(input="logit")
+            component = self.component(input="logit", **self._component_options())
             component._fit(log_odds[:, c], (labels == c).astype(np.int8), weights)
             components.append(component)
         flat, self.offsets_ = pack_components(components, self.component.fitted_attributes)
@@ -107,6 +110,17 @@ class OneVsRestIsotonicCalibrator(_OneVsRestCalibrator):
     method = "ovr_isotonic"
     component = IsotonicCalibrator
     fitted_attributes = ("calibrated_", "offsets_") + IsotonicCalibrator.fitted_attributes
+
+    def __init__(self, input: str = "probability", min_probability: float | None = None):
+        self.input = input
+        self.min_probability = min_probability
+
+    def _check_params(self) -> None:
+        check_min_probability(self.min_probability)
+
+    def _component_options(self) -> dict[str, Any]:
+        # Each class's part kept within [m, 1 - m] (isotonic's option), so that no row renormalises to a 0.
+        return {"min_probability": self.min_probability}
 
 
 class OneVsRestPlattCalibrator(_OneVsRestCalibrator):

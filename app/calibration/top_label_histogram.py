@@ -55,6 +55,9 @@ class TopLabelHistogramCalibrator(Calibrator):
             with fewer rows uses the pooled binning.
         prior_strength: S, the Beta prior's weight toward the class's
             accuracy (default 2.0; 0 gives the plain bin means).
+        min_probability: each histogram's confidences are kept within [m, 1 - m]
+            (default null: m = 1 / (2 (n + 1)) for its n rows), so that no class
+            gets a probability of exactly 0.
     """
 
     method = "top_label_histogram"
@@ -62,22 +65,32 @@ class TopLabelHistogramCalibrator(Calibrator):
     monotone = False
     fitted_attributes = ("own_binning_", "offsets_", "edges_", "values_")
 
-    def __init__(self, input: str = "probability", n_bins: int = 15, points_per_bin: int = 50, prior_strength: float = 2.0):
+    def __init__(
+        self,
+        input: str = "probability",
+        n_bins: int = 15,
+        points_per_bin: int = 50,
+        prior_strength: float = 2.0,
+        min_probability: float | None = None,
+    ):
         self.input = input
         self.n_bins = n_bins
         self.points_per_bin = points_per_bin
         self.prior_strength = prior_strength
+        self.min_probability = min_probability
 
     def _check_params(self) -> None:
         check_n_bins(self.n_bins)
         p = self.points_per_bin
         if isinstance(p, bool) or not isinstance(p, Integral) or not 1 <= p <= 1_000_000:
             raise CalibrationInputError("options.points_per_bin", "must be an integer from 1 to 1000000")
-        HistogramCalibrator(prior_strength=self.prior_strength)._check_params()
+        HistogramCalibrator(prior_strength=self.prior_strength, min_probability=self.min_probability)._check_params()
 
     def _histogram(self, confidence: np.ndarray, correct: np.ndarray, weights: np.ndarray) -> HistogramCalibrator:
         n_bins = max(1, min(int(self.n_bins), confidence.shape[0] // int(self.points_per_bin)))
-        histogram = HistogramCalibrator(input="probability", n_bins=n_bins, prior_strength=self.prior_strength)
+        histogram = HistogramCalibrator(
+            input="probability", n_bins=n_bins, prior_strength=self.prior_strength, min_probability=self.min_probability
+        )
         histogram._fit(confidence, correct, weights)
         return histogram
 
