@@ -8,6 +8,10 @@ Every request commits, in one transaction, its rows, the monitor buckets of
 their minute and bins, and the drift test's new state.
 
 * self-contained (4a): {"calibrator", "probabilities": 5,000, "labels": 5,000};
+  measured against (4c) a plain psycopg COPY of the same rows, the same batches
+  in one transaction each from as many concurrent connections, into a table
+  equal to calibd's feedback table (``CREATE TABLE ... (LIKE feedback
+  INCLUDING ALL)``: its columns, defaults and indexes), in the same run;
 * by prediction id (4b): first /calibrate logs the predictions with ids
   (batches of 5,000 scores), the benchmark waits until the prediction log has
   written every one (it counts them in the database), then /feedback sends
@@ -61,6 +65,39 @@ def post_all(server: Server, bodies: list[bytes], clients: int) -> tuple[float, 
     return time.perf_counter() - started, count
 
 
+def copy_all(url: str, batches: list[tuple[np.ndarray, np.ndarray]], clients: int) -> tuple[float, int]:
+    """COPY the batches' rows into an equal table with plain psycopg; (seconds, rows)."""
+    from datetime import datetime, timezone
+
+    import psycopg
+
+    conninfo = url.replace("postgresql+psycopg://", "postgresql://", 1)
+    with psycopg.connect(conninfo, autocommit=True) as connection:
+        connection.execute("DROP TABLE IF EXISTS feedback_copy_baseline")
+        connection.execute("CREATE TABLE feedback_copy_baseline (LIKE feedback INCLUDING ALL)")
+    statement = ("COPY feedback_copy_baseline (calibrator_id, version, prediction_id, probability, label, probabilities, "
+                 "accepted, scores, received_at) FROM STDIN (FORMAT BINARY)")
+    types = ["int4", "int4", "text", "float8", "int4", "jsonb", "bool", "jsonb", "timestamptz"]
+    shares = [batches[i::clients] for i in range(clients)]
+
+    def run(share: list) -> int:
+        count = 0
+        with psycopg.connect(conninfo) as connection:
+            for p, y in share:
+                now = datetime.now(timezone.utc)
+                with connection.transaction(), connection.cursor() as cursor, cursor.copy(statement) as copy:
+                    copy.set_types(types)
+                    for probability, label in zip(p.tolist(), y.tolist()):
+                        copy.write_row((1, 1, None, probability, label, None, None, None, now))
+                count += len(p)
+        return count
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        count = sum(pool.map(run, shares))
+    return time.perf_counter() - started, count
+
+
 def logged_predictions(url: str) -> int:
     from sqlalchemy import create_engine, text
 
@@ -89,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rng = np.random.default_rng(0)
     started_machine = machine()
-    rates: dict[str, list[float]] = {"self": [], "ids": []}
+    rates: dict[str, list[float]] = {"self": [], "ids": [], "copy": [], "copy_ratio": []}
     log_rates: list[float] = []
     with postgres_schema() as url, Server(database_url=url) as server:
         s = rng.random(20_000)
@@ -97,13 +134,21 @@ def main(argv: list[str] | None = None) -> int:
         serial = 0
         for run in range(args.runs):
             # -- self-contained -----------------------------------------------------
-            bodies = []
+            bodies, rows = [], []
             for _ in range(args.batches):
                 p = rng.random(BATCH)
-                bodies.append(orjson.dumps({"calibrator": "fb", "probabilities": p.tolist(),
-                                            "labels": (rng.random(BATCH) < p).astype(int).tolist()}))
-            seconds, count = post_all(server, bodies, args.clients)
-            rates["self"].append(count / seconds)
+                y = (rng.random(BATCH) < p).astype(int)
+                rows.append((p, y))
+                bodies.append(orjson.dumps({"calibrator": "fb", "probabilities": p.tolist(), "labels": y.tolist()}))
+            # The service and the plain COPY of the same rows, back to back, their order alternating.
+            for step in (("http", "copy") if run % 2 == 0 else ("copy", "http")):
+                if step == "http":
+                    seconds, count = post_all(server, bodies, args.clients)
+                    rates["self"].append(count / seconds)
+                else:
+                    seconds, count = copy_all(url, rows, args.clients)
+                    rates["copy"].append(count / seconds)
+            rates["copy_ratio"].append(rates["self"][-1] / rates["copy"][-1])
             # -- by prediction id: log, wait for the log, label --------------------------
             before = logged_predictions(url)
             batches = []
@@ -121,12 +166,14 @@ def main(argv: list[str] | None = None) -> int:
                       for ids in batches]
             seconds, count = post_all(server, bodies, args.clients)
             rates["ids"].append(count / seconds)
-            print(f"  run {run + 1}: self-contained {rates['self'][-1]:,.0f}/s, by id {rates['ids'][-1]:,.0f}/s "
+            print(f"  run {run + 1}: self-contained {rates['self'][-1]:,.0f}/s (plain COPY {rates['copy'][-1]:,.0f}/s), "
+                  f"by id {rates['ids'][-1]:,.0f}/s "
                   f"(predictions logged at {log_rates[-1]:,.0f}/s)", file=sys.stderr, flush=True)
 
     self_rate, id_rate = median(rates["self"]), median(rates["ids"])
+    copy_rate, copy_ratio = median(rates["copy"]), median(rates["copy_ratio"])
     lines = [
-        "## POST /feedback into PostgreSQL (targets 4a, 4b)",
+        "## POST /feedback into PostgreSQL (targets 4a, 4b, 4c)",
         "",
         f"`benchmarks/feedback_ingest.py --runs {args.runs} --batches {args.batches} --clients {args.clients}`; "
         f"{started_machine}. One uvicorn worker, PostgreSQL 15 on the same machine; batches of {BATCH:,}; "
@@ -140,11 +187,18 @@ def main(argv: list[str] | None = None) -> int:
         f"| by prediction id (ids + labels, joined to the prediction log) | **{fmt_rate(id_rate)}** "
         f"({', '.join(fmt_rate(r) for r in rates['ids'])}) | >= 20,000/s: {'met' if id_rate >= 20_000 else 'NOT met'} |",
         f"| (logging the predictions: /calibrate with ids until all are in the database) | {fmt_rate(median(log_rates))} | |",
+        f"| plain psycopg COPY of the self-contained rows into an equal table | {fmt_rate(copy_rate)} "
+        f"({', '.join(fmt_rate(r) for r in rates['copy'])}) | |",
+        f"| **self-contained over plain COPY** | **{copy_ratio:.3f}** ({', '.join(f'{r:.2f}' for r in rates['copy_ratio'])}) "
+        f"| >= 0.5x: {'met' if copy_ratio >= 0.5 else 'NOT met'} |",
     ]
     targets = [
         Target("4a", "POST /feedback into PostgreSQL, self-contained, batches of 5,000", f"{fmt_rate(self_rate)} items/s",
                "50,000 items/s (target)", self_rate / 50_000, ">= 50,000/s", self_rate >= 50_000,
                f"{args.clients} clients"),
+        Target("4c", "POST /feedback into PostgreSQL, self-contained, batches of 5,000, over a plain psycopg COPY of the same rows",
+               f"{fmt_rate(self_rate)} items/s", f"{fmt_rate(copy_rate)} rows/s (COPY into an equal table)", copy_ratio,
+               ">= 0.5x", copy_ratio >= 0.5, f"{args.clients} clients / connections, same batches"),
         Target("4b", "POST /feedback into PostgreSQL, joined by prediction id, batches of 5,000",
                f"{fmt_rate(id_rate)} items/s", "20,000 items/s (target)", id_rate / 20_000, ">= 20,000/s",
                id_rate >= 20_000, f"{args.clients} clients"),

@@ -27,13 +27,14 @@ sys.path.insert(0, str(BENCH))
 
 #: name: (arguments, --quick arguments). The service benchmarks of issue 8 first.
 OWN = {
-    "calibrate_throughput": ([], ["--runs", "2", "--seconds", "1", "--no-postgres"]),
+    "calibrate_throughput": ([], ["--runs", "2", "--seconds", "1", "--no-postgres", "--no-mlserver"]),
     "calibrate_under_fit": ([], ["--pairs", "1", "--seconds", "5", "--fit-rows", "200000"]),
     "fit_times": ([], ["--runs", "1", "--n", "200000"]),
     "feedback_ingest": ([], ["--runs", "1", "--batches", "4"]),
     "calibrate_memory": ([], ["--requests", "3000", "--chunk-seconds", "1"]),
     "workers": ([], ["--pairs", "1", "--runs", "1", "--seconds", "1"]),
     "calibrate_profile": ([], ["--requests", "200", "--no-py-spy"]),
+    "hot_path_profile": ([], ["--workloads", "1b", "--seconds", "2"]),
     "parquet_fit": ([], ["--rows", "200000", "--runs", "1"]),
     "segments": ([], ["--quick"]),
     "oip": ([], ["--runs", "1", "--seconds", "1", "--latency-requests", "200", "--no-kserve"]),
