@@ -27,6 +27,7 @@ from ..state import Services, services
 from ..validation import json_response
 from .fit_pool import FitJob
 from .schemas import JobOut
+from .versions import fit_and_store, version_out
 
 logger = logging.getLogger("calibd")
 router = APIRouter(tags=["calibrators"])
@@ -61,8 +62,6 @@ async def submit(app: Services, job: FitJob, brief: bool = True) -> JobInfo:
 
 
 async def _run(app: Services, job: FitJob, brief: bool = True) -> None:
-    from .router import fit_and_store, version_out  # the router imports this module
-
     job_id = job.job_id
     ticker = asyncio.create_task(_tick(app, job_id))
     try:

@@ -11,13 +11,12 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from ...storage import repository
-from ...storage.repository import CalibratorInfo, VersionInfo
+from ...storage.repository import CalibratorInfo
 from ..auth import REQUIRE_ADMIN, REQUIRE_READ
 from ..bodies import media_type, parse_json_object, require_json
-from ..observability import FIT_DURATION
 from ..problems import Problem
 from ..tables import ARROW_STREAM, table_body
-from ..state import Services, services
+from ..state import services
 from ..validation import MAX_VERSION, NAME_PATTERN, json_response, request_body, validate
 from . import jobs as fit_jobs
 from .fit_pool import FitJob, spool_json_body, spool_upload
@@ -33,38 +32,12 @@ from .schemas import (
     VersionOut,
 )
 from .upload import read_form
+from .versions import fit_and_store, version_out
 
 router = APIRouter(tags=["calibrators"])
 
 NamePath = Annotated[str, Path(pattern=NAME_PATTERN)]
 VersionPath = Annotated[int, Path(ge=1, le=MAX_VERSION)]
-
-
-#: What a fit's answer keeps of the summary by default (the rest: GET .../versions/{v}, or ?detail=full).
-BRIEF_SUMMARY = ("before", "after", "fit")
-
-
-def version_out(info: VersionInfo, with_parameters: bool = False, brief: bool = False) -> dict[str, Any]:
-    summary = info.summary
-    if brief:
-        summary = {key: summary[key] for key in BRIEF_SUMMARY if key in summary}
-    out = {
-        "name": info.name,
-        "version": info.version,
-        "current": info.current,
-        "method": info.method,
-        "input": info.input_kind,
-        "n_classes": info.n_classes,
-        "classes": info.classes,
-        "n_samples": info.n_samples,
-        "holdout_sha256": info.holdout_sha256,
-        "created_at": info.created_at,
-        "fit_seconds": info.fit_seconds,
-        "summary": summary,
-    }
-    if with_parameters:
-        out["parameters"] = info.parameters
-    return out
 
 
 def calibrator_out(info: CalibratorInfo) -> dict[str, Any]:
@@ -139,18 +112,6 @@ async def create_calibrator(
     info = await fit_and_store(app, job)
     location = f"/calibrators/{info.name}/versions/{info.version}"
     return json_response(version_out(info, brief=detail == "brief"), 201, headers={"Location": location})
-
-
-async def fit_and_store(app: Services, job: FitJob) -> VersionInfo:
-    """Fit in a worker, store the version, and make it servable here at once."""
-    try:
-        fitted = await app.fit_pool.fit(job)
-    finally:
-        job.discard_spool()
-    FIT_DURATION.labels(fitted["method"]).observe(fitted.pop("elapsed_seconds"))
-    info = await run_in_threadpool(lambda: repository.create_version(app.sessions, **fitted))
-    app.store.stored(info)
-    return info
 
 
 @router.get("/calibrators", summary="List calibrators, a page at a time", dependencies=[REQUIRE_READ], response_model=CalibratorPage)
