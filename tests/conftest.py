@@ -147,7 +147,8 @@ class RowCounter:
 
     TABLES = (
         "calibrators", "calibrator_versions", "registry_state", "predictions", "feedback", "pending_labels",
-        "monitor_buckets", "drift_state", "idempotency_keys", "fit_jobs",
+        "monitor_buckets", "drift_state", "idempotency_keys", "fit_jobs", "segment_declarations", "segment_values",
+        "segment_monitor_buckets", "segment_feedback", "segment_drift_state",
     )
 
     def __init__(self, url: str):

@@ -22,6 +22,7 @@ from starlette.responses import Response
 
 from ..monitoring.windows import WINDOWS, window_metrics
 from ..storage import feedback as feedback_store
+from ..storage import segments as segment_store
 from ..storage import repository
 from ..storage.repository import Sessions
 from .auth import REQUIRE_READ, bearer
@@ -75,6 +76,7 @@ def monitor_snapshot(sessions: Sessions) -> list[dict]:
                 "version": version,
                 "windows": {w: window_metrics(sums[w], binary=info.n_classes == 2) for w in WINDOWS},
                 "drift": feedback_store.drift_state(sessions, info.calibrator_id, version),
+                "segments": segment_store.monitors(sessions, info.calibrator_id, version, info.n_classes == 2),
             }
         )
     return snapshot
@@ -112,6 +114,38 @@ class MonitorCollector:
             alarm.add_metric(labels, 1.0 if entry["drift"]["alarm"] else 0.0)
         yield evalue
         yield alarm
+        yield from _segment_gauges(snapshot)
+
+
+def _segment_gauges(snapshot: list[dict]) -> Iterator[GaugeMetricFamily]:
+    """calibd_segment_*: the per-segment monitors of each current version (at most D (max_values + 1) each)."""
+    windowed = {
+        "calibd_segment_ece": ("ece", "Expected calibration error of the segment in the window (15 equal-width bins)"),
+        "calibd_segment_samples": ("samples", "Labelled predictions of the segment in the window"),
+    }
+    for metric, (key, help_text) in windowed.items():
+        family = GaugeMetricFamily(metric, help_text, labels=["calibrator", "version", "window", "dimension", "segment"])
+        for entry in snapshot:
+            for segment in entry["segments"]:
+                for window, values in segment["windows"].items():
+                    if values.get(key) is not None:
+                        labels = [entry["name"], str(entry["version"]), window, segment["dimension"], segment["segment"]]
+                        family.add_metric(labels, values[key])
+        yield family
+    labels = ["calibrator", "version", "dimension", "segment"]
+    evalue = GaugeMetricFamily("calibd_segment_drift_log_evalue", "Log e-value of the segment's drift test", labels=labels)
+    alarm = GaugeMetricFamily(
+        "calibd_segment_drift_alarm",
+        "1 once the segment's drift test has alarmed (latched; alpha split over the version's segments)",
+        labels=labels,
+    )
+    for entry in snapshot:
+        for segment in entry["segments"]:
+            values = [entry["name"], str(entry["version"]), segment["dimension"], segment["segment"]]
+            evalue.add_metric(values, segment["drift"]["log_evalue"])
+            alarm.add_metric(values, 1.0 if segment["drift"]["alarm"] else 0.0)
+    yield evalue
+    yield alarm
 
 
 def make_registry(sessions: Sessions) -> CollectorRegistry:

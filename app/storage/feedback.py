@@ -33,6 +33,7 @@ from sqlalchemy.orm import Session
 
 from ..monitoring.drift import DriftTest
 from ..monitoring.windows import COUNT_WINDOWS, SUM_FIELDS, TIME_WINDOWS, BinSums, FeedbackTerms, feedback_terms
+from . import segments as segment_store
 from .db import transaction
 from .models import (
     CalibratorRow, DriftStateRow, FeedbackRow, IdempotencyRow, MonitorBucketRow, PendingLabelRow, PredictionRow, utcnow,
@@ -70,6 +71,8 @@ class LabelledBatch:
     accepted: np.ndarray | None = None
     #: The raw scores behind the probabilities, when known (a refit learns from them).
     scores: list | None = None
+    #: Segment values per dimension (object arrays; None where a row has no value).
+    segments: dict[str, np.ndarray] | None = None
 
     def first_of_each_id(self) -> tuple[LabelledBatch, list[str]]:
         """The batch with each prediction id's first row only, and the ids of the rows left out."""
@@ -94,6 +97,7 @@ class LabelledBatch:
             prediction_ids=None if self.prediction_ids is None else [self.prediction_ids[i] for i in positions],
             accepted=None if self.accepted is None else self.accepted[keep],
             scores=None if self.scores is None else [self.scores[i] for i in positions],
+            segments=None if self.segments is None else {k: v[keep] for k, v in self.segments.items()},
         )
 
 
@@ -104,6 +108,7 @@ class LoggedPrediction:
     accepted: bool | None
     scores: Any
     created_at: datetime
+    segments: dict[str, str] | None = None
 
 
 # -- predictions logged by /calibrate -------------------------------------------
@@ -138,10 +143,10 @@ def log_predictions(sessions: Sessions, rows: list[dict[str, Any]], join: Pendin
 
 _PREDICTIONS_UNNEST = text(
     f"INSERT INTO {PredictionRow.__tablename__} "
-    "(calibrator_id, version, prediction_id, probability, probabilities, accepted, scores, created_at) "
+    "(calibrator_id, version, prediction_id, probability, probabilities, accepted, scores, segments, created_at) "
     "SELECT * FROM unnest(CAST(:calibrator_id AS integer[]), CAST(:version AS integer[]), CAST(:prediction_id AS text[]), "
     "CAST(:probability AS double precision[]), CAST(:probabilities AS jsonb[]), CAST(:accepted AS boolean[]), "
-    "CAST(:scores AS jsonb[]), CAST(:created_at AS timestamptz[])) "
+    "CAST(:scores AS jsonb[]), CAST(:segments AS jsonb[]), CAST(:created_at AS timestamptz[])) "
     "ON CONFLICT (calibrator_id, prediction_id) DO NOTHING"
 )
 
@@ -155,7 +160,7 @@ def _insert_predictions_unnest(session: Session, rows: list[dict[str, Any]]) -> 
     """
 
     def json_texts(key: str) -> list[str | None]:
-        return [None if row[key] is None else _json_dumps(row[key]).decode() for row in rows]
+        return [None if row.get(key) is None else _json_dumps(row[key]).decode() for row in rows]
 
     session.execute(
         _PREDICTIONS_UNNEST,
@@ -167,6 +172,7 @@ def _insert_predictions_unnest(session: Session, rows: list[dict[str, Any]]) -> 
             "probabilities": json_texts("probabilities"),
             "accepted": [row["accepted"] for row in rows],
             "scores": json_texts("scores"),
+            "segments": json_texts("segments"),
             "created_at": [row["created_at"] for row in rows],
         },
     )
@@ -183,6 +189,7 @@ def find_predictions(session: Session, calibrator_id: int, ids: list[str]) -> di
         PredictionRow.accepted,
         PredictionRow.scores,
         PredictionRow.created_at,
+        PredictionRow.segments,
     )
     if session.get_bind().dialect.name == "postgresql":
         # One array parameter, = ANY(:ids): an IN list of 5,000 bound parameters costs
@@ -202,9 +209,9 @@ def find_predictions(session: Session, calibrator_id: int, ids: list[str]) -> di
         ]
     for query in queries:
         rows = session.execute(query).all()
-        for prediction_id, version, probability, probabilities, accepted, scores, created_at in rows:
+        for prediction_id, version, probability, probabilities, accepted, scores, created_at, segments in rows:
             value = probability if probabilities is None else np.asarray(probabilities, dtype=np.float64)
-            found[prediction_id] = LoggedPrediction(version, value, accepted, scores, created_at)
+            found[prediction_id] = LoggedPrediction(version, value, accepted, scores, created_at, segments)
     return found
 
 
@@ -262,6 +269,7 @@ def record_feedback(
     batches: list[LabelledBatch] | None = None,
     ids: list[str] | None = None,
     labels: np.ndarray | None = None,
+    segments: dict[str, np.ndarray] | None = None,
     prediction_ttl: timedelta,
     drift: DriftSettings,
     idempotency_key: str | None = None,
@@ -276,7 +284,8 @@ def record_feedback(
     unique index on (calibrator, prediction id) enforces it across processes.
     A label for an id not in the prediction log yet is stored as a pending
     label (listed in ``unknown_ids`` and counted in ``pending``), joined when
-    its prediction is written.
+    its prediction is written. ``segments`` (with ``ids``): segment values per
+    dimension for the labelled rows, over those logged with their predictions.
 
     Returns the receipt. With an ``idempotency_key`` the receipt and the
     request's digest are stored in the same transaction; a concurrent request
@@ -287,7 +296,7 @@ def record_feedback(
     for attempt in range(_ATTEMPTS):
         try:
             return _record(sessions, calibrator_id, batches, ids, labels, prediction_ttl, drift, idempotency_key,
-                           request_sha256, now)
+                           request_sha256, now, segments)
         except OperationalError as error:
             # A deadlock the sorted inserts do not rule out (pending labels claimed by a request
             # and a sweep at once, say): the loser was rolled back whole, and runs again once the
@@ -306,13 +315,13 @@ _ATTEMPTS = 3
 def _record(
     sessions: Sessions, calibrator_id: int, batches: list[LabelledBatch] | None, ids: list[str] | None,
     labels: np.ndarray | None, prediction_ttl: timedelta, drift: DriftSettings, idempotency_key: str | None,
-    request_sha256: str | None, now: datetime,
+    request_sha256: str | None, now: datetime, segments: dict[str, np.ndarray] | None = None,
 ) -> dict[str, Any]:
     try:
         with transaction(sessions) as session:
             receipt = {"count": 0, "pending": 0, "unknown_ids": [], "expired_ids": [], "duplicate_ids": []}
             if ids is not None:
-                batches = _labels_by_id(session, calibrator_id, ids, labels, now, prediction_ttl, receipt)
+                batches = _labels_by_id(session, calibrator_id, ids, labels, now, prediction_ttl, receipt, segments)
             for batch in batches or []:
                 batch, repeated = batch.first_of_each_id()
                 receipt["duplicate_ids"] += repeated
@@ -347,7 +356,7 @@ def _in_request_order(receipt: dict[str, Any], request_ids: list[str]) -> None:
 
 def _labels_by_id(
     session: Session, calibrator_id: int, ids: list[str], labels: np.ndarray, now: datetime, ttl: timedelta,
-    receipt: dict[str, Any],
+    receipt: dict[str, Any], segments: dict[str, np.ndarray] | None = None,
 ) -> list[LabelledBatch]:
     """Labels for logged ids as batches to store; the others pending, expired or duplicate (in ``receipt``)."""
     first: dict[str, int] = {}
@@ -369,15 +378,23 @@ def _labels_by_id(
         receipt["unknown_ids"] += [i for i in missing if i in waiting]
         receipt["duplicate_ids"] += [i for i in missing if i not in waiting]
         receipt["pending"] = len(waiting)
-    batches, expired = _group_logged(logged, label_of, now - ttl)
+    given = None
+    if segments:
+        given = {i: {k: v[position] for k, v in segments.items()} for i, position in first.items()}
+    batches, expired = _group_logged(logged, label_of, now - ttl, given)
     receipt["expired_ids"] += expired
     return batches
 
 
 def _group_logged(
-    logged: dict[str, LoggedPrediction], label_of: dict[str, int], oldest: datetime
+    logged: dict[str, LoggedPrediction], label_of: dict[str, int], oldest: datetime,
+    given_segments: dict[str, dict[str, str]] | None = None,
 ) -> tuple[list[LabelledBatch], list[str]]:
-    """Labelled logged predictions grouped by the version that served them; and the expired ids."""
+    """Labelled logged predictions grouped by the version that served them; and the expired ids.
+
+    A row's segment values are those logged with its prediction, overridden by
+    any the label came with (``given_segments`` by id).
+    """
     expired = []
     groups: dict[int, list[str]] = defaultdict(list)
     for prediction_id, prediction in logged.items():
@@ -398,9 +415,25 @@ def _group_logged(
                 prediction_ids=members,
                 accepted=None if any(a is None for a in accepted) else np.array(accepted, dtype=bool),
                 scores=None if any(score is None for score in scores) else scores,
+                segments=_segment_columns(members, logged, given_segments),
             )
         )
     return batches, expired
+
+
+def _segment_columns(
+    members: list[str], logged: dict[str, LoggedPrediction], given: dict[str, dict[str, str]] | None
+) -> dict[str, np.ndarray] | None:
+    per_row = [(logged[i].segments or {}) | ((given or {}).get(i) or {}) for i in members]
+    dimensions = dict.fromkeys(k for row in per_row for k in row)
+    if not dimensions:
+        return None
+    columns = {}
+    for dimension in dimensions:
+        column = np.empty(len(members), dtype=object)
+        column[:] = [row.get(dimension) for row in per_row]
+        columns[dimension] = column
+    return columns
 
 
 def _add_pending(
@@ -552,6 +585,12 @@ def _store_batch(session: Session, calibrator_id: int, batch: LabelledBatch, now
         kept = np.ones(n, dtype=bool) if batch.accepted is None else batch.accepted
         if kept.any():
             _update_drift(session, calibrator_id, batch.version, terms.probability[kept], terms.outcome[kept], now, drift)
+        if batch.segments:
+            segment_store.store(
+                session, calibrator_id, batch.version, minute(now), now, batch.segments, terms, batch.labels,
+                batch.probabilities if batch.probabilities.ndim == 2 else None, drift.alpha, drift.tolerance,
+                _insert(session),
+            )
     return _Stored(n, duplicates)
 
 
@@ -798,6 +837,7 @@ def purge(sessions: Sessions, now: datetime, prediction_ttl: timedelta, feedback
             "pending_labels": session.execute(
                 delete(PendingLabelRow).where(PendingLabelRow.received_at < now - feedback_retention)
             ).rowcount,
+            **segment_store.purge(session, now - feedback_retention),
         }
     return counts
 

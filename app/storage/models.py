@@ -110,6 +110,8 @@ class PredictionRow(Base):
     accepted: Mapped[bool | None] = mapped_column(nullable=True)
     #: The raw score (or row) that was calibrated, kept so that feedback can refit on it.
     scores: Mapped[Any] = mapped_column(JSONType, nullable=True)
+    #: The row's segment values as sent ({"country": "br", ...}); labels by id inherit them.
+    segments: Mapped[dict[str, str] | None] = mapped_column(JSONType, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
 
 
@@ -270,3 +272,81 @@ class RecalibrationEventRow(Base):
     reason: Mapped[str] = mapped_column(String(500))
     details: Mapped[dict[str, Any]] = mapped_column(JSONType)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class SegmentDeclarationRow(Base):
+    """The dimensions a calibrator monitors per segment, and how many values each tracks."""
+
+    __tablename__ = "segment_declarations"
+
+    calibrator_id: Mapped[int] = mapped_column(ForeignKey("calibrators.id", ondelete="CASCADE"), primary_key=True)
+    dimensions: Mapped[list[str]] = mapped_column(JSONType)
+    max_values: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class SegmentValueRow(Base):
+    """A value tracked as a segment of its own, in the order first met (``rank``); the rest pool into __OTHER."""
+
+    __tablename__ = "segment_values"
+
+    calibrator_id: Mapped[int] = mapped_column(ForeignKey("calibrators.id", ondelete="CASCADE"), primary_key=True)
+    dimension: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(String(256), primary_key=True)
+    rank: Mapped[int] = mapped_column(Integer)
+
+
+class SegmentMonitorBucketRow(Base):
+    """``MonitorBucketRow`` for one segment (dimension, value) of a version."""
+
+    __tablename__ = "segment_monitor_buckets"
+
+    calibrator_id: Mapped[int] = mapped_column(ForeignKey("calibrators.id", ondelete="CASCADE"), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, primary_key=True)
+    dimension: Mapped[str] = mapped_column(String(64), primary_key=True)
+    segment: Mapped[str] = mapped_column(String(256), primary_key=True)
+    bucket_start: Mapped[datetime] = mapped_column(UTCDateTime, primary_key=True)
+    bin: Mapped[int] = mapped_column(Integer, primary_key=True)
+    count: Mapped[int] = mapped_column(BigInteger)
+    sum_probability: Mapped[float] = mapped_column(Float)
+    sum_label: Mapped[float] = mapped_column(Float)
+    sum_brier: Mapped[float] = mapped_column(Float)
+    sum_log_loss: Mapped[float] = mapped_column(Float)
+    sum_accepted: Mapped[int] = mapped_column(BigInteger)
+    count_with_acceptance: Mapped[int] = mapped_column(BigInteger)
+
+
+class SegmentFeedbackRow(Base):
+    """A labelled prediction as one segment sees it (one row per dimension): the segment's count window."""
+
+    __tablename__ = "segment_feedback"
+    __table_args__ = (
+        Index("ix_segment_feedback_segment", "calibrator_id", "version", "dimension", "segment", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    calibrator_id: Mapped[int] = mapped_column(ForeignKey("calibrators.id", ondelete="CASCADE"))
+    version: Mapped[int] = mapped_column(Integer)
+    dimension: Mapped[str] = mapped_column(String(64))
+    segment: Mapped[str] = mapped_column(String(256))
+    probability: Mapped[float] = mapped_column(Float)
+    label: Mapped[int] = mapped_column(Integer)
+    probabilities: Mapped[list[float] | None] = mapped_column(JSONType, nullable=True)
+    accepted: Mapped[bool | None] = mapped_column(nullable=True)
+    received_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+
+
+class SegmentDriftStateRow(Base):
+    """The drift test of one segment of a version, with the share of alpha it was given."""
+
+    __tablename__ = "segment_drift_state"
+
+    calibrator_id: Mapped[int] = mapped_column(ForeignKey("calibrators.id", ondelete="CASCADE"), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, primary_key=True)
+    dimension: Mapped[str] = mapped_column(String(64), primary_key=True)
+    segment: Mapped[str] = mapped_column(String(256), primary_key=True)
+    alpha: Mapped[float] = mapped_column(Float)
+    state: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    alarm: Mapped[bool] = mapped_column(default=False)
+    log_evalue: Mapped[float] = mapped_column(Float, default=0.0)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)

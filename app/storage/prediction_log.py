@@ -35,6 +35,8 @@ class _Entry:
     accepted: np.ndarray | None
     scores: list | None
     created_at: datetime
+    #: One {dimension: value} per prediction, or None.
+    segments: list[dict[str, str]] | None = None
 
 
 class PredictionLog:
@@ -63,12 +65,13 @@ class PredictionLog:
         probabilities: np.ndarray,
         accepted: np.ndarray | None = None,
         scores: list | None = None,
+        segments: list[dict[str, str]] | None = None,
     ) -> None:
         """Queue predictions, and the raw scores they came from, for writing; O(1) on the request path."""
         if self._pending + len(ids) > self._max_pending:
             self._on_drop(name, len(ids))
             return
-        self._entries.append(_Entry(calibrator_id, name, version, ids, probabilities, accepted, scores, utcnow()))
+        self._entries.append(_Entry(calibrator_id, name, version, ids, probabilities, accepted, scores, utcnow(), segments))
         self._pending += len(ids)
 
     def take(self) -> list[_Entry]:
@@ -85,7 +88,8 @@ class PredictionLog:
             values = entry.probabilities.tolist()
             accepted = [None] * len(entry.ids) if entry.accepted is None else entry.accepted.tolist()
             scores = entry.scores if entry.scores is not None else [None] * len(entry.ids)
-            for prediction_id, value, accept, score in zip(entry.ids, values, accepted, scores):
+            segments = entry.segments if entry.segments is not None else [None] * len(entry.ids)
+            for prediction_id, value, accept, score, segment in zip(entry.ids, values, accepted, scores, segments):
                 rows.append(
                     {
                         "calibrator_id": entry.calibrator_id,
@@ -95,6 +99,7 @@ class PredictionLog:
                         "probabilities": value if multiclass else None,
                         "accepted": accept,
                         "scores": score,
+                        "segments": segment,
                         "created_at": entry.created_at,
                     }
                 )

@@ -147,13 +147,15 @@ def create_version(
     n_samples: int,
     fit_seconds: float,
     promote: bool = True,
+    segments: dict[str, Any] | None = None,
 ) -> VersionInfo:
     """Store a fitted calibrator as version latest + 1 of ``name``, creating the name if new.
 
     The version number is taken by incrementing ``latest_version`` in the same
     transaction as the insert. The UPDATE locks the calibrator's row, so
     concurrent fits of one name queue there and get consecutive numbers; a
-    failed insert rolls the counter back, leaving no gap.
+    failed insert rolls the counter back, leaving no gap. ``segments``, when
+    given, becomes the calibrator's segment declaration in the same transaction.
     """
     now = utcnow()
     with transaction(sessions) as session:
@@ -184,6 +186,10 @@ def create_version(
             created_at=now,
         )
         session.add(row)
+        if segments is not None:
+            from .segments import declare
+
+            declare(session, calibrator_id, segments, now)
         if promote:
             session.execute(update(CalibratorRow).where(CalibratorRow.id == calibrator_id).values(current_version=version))
             _bump_generation(session)

@@ -19,6 +19,8 @@ from ...calibration import CalibrationInputError
 from ...calibration._fastpath import LIST_MAX
 from ...calibration.base import boolean_index, may_hold_booleans
 from ...calibration.decisions import check_costs, decide
+from ...monitoring.segments import check_rows
+from ...storage import segments as segment_store
 from ...storage.cache import LoadedCalibrator
 from ..auth import REQUIRE_CALIBRATE
 from ..edge import answer_error, asgi_route, json_request, send_json
@@ -41,7 +43,10 @@ async def calibrate(scope: Scope, receive: Receive, send: Send) -> None:
         app = scope["app"].state.services
         data = await json_request(scope, receive, app, "calibrate")
         name, version, scores, ids, arrays = _envelope(data)
-        loaded, probabilities, extras = await calibrate_batch(app, name, version, scores, ids, arrays, data.get("costs"))
+        segments = arrays.pop("segments", None)
+        loaded, probabilities, extras = await calibrate_batch(
+            app, name, version, scores, ids, arrays, data.get("costs"), segments
+        )
         body = {"calibrator": name, "version": loaded.version, "probabilities": probabilities, **extras}
         if loaded.classes is not None:
             body["classes"] = loaded.classes  # the order of the columns (or of class 1 for binary)
@@ -62,13 +67,15 @@ asgi_route(
 
 
 async def calibrate_batch(
-    app: Services, name: str, version: int | None, scores: object, ids: list[str] | None, arrays: dict, costs: object = None
+    app: Services, name: str, version: int | None, scores: object, ids: list[str] | None, arrays: dict, costs: object = None,
+    segments: object = None,
 ) -> tuple[LoadedCalibrator, np.ndarray, dict]:
     """Calibrate one batch: what /calibrate and the inference protocol's routes share.
 
     ``scores`` is the JSON list or an array; ``arrays`` the method's extra arrays. Returns the
     version served, the probabilities and the extras (``decisions`` among them, given costs);
-    logs the predictions under ``ids`` and counts them. Bad input raises a 422 Problem whose
+    logs the predictions under ``ids`` (with their ``segments``, checked against the calibrator's
+    declared dimensions: labels by id inherit them) and counts them. Bad input raises a 422 Problem whose
     pointers name /calibrate's fields (``/scores``, ``/ids``, ``/costs``, ...).
     """
     if isinstance(scores, (list, np.ndarray)) and len(scores) > app.settings.max_batch_scores:
@@ -84,9 +91,12 @@ async def calibrate_batch(
         if len(ids) != probabilities.shape[0]:
             raise Problem.invalid("/ids", f"has {len(ids)} entries but scores has {probabilities.shape[0]}")
         logged = scores.tolist() if isinstance(scores, np.ndarray) else scores
+        rows = None if segments is None else await _segment_rows(app, loaded, segments, len(ids))
         app.prediction_log.add(
-            loaded.calibrator_id, name, loaded.version, ids, probabilities, extras.get("accepted"), logged
+            loaded.calibrator_id, name, loaded.version, ids, probabilities, extras.get("accepted"), logged, rows
         )
+    elif segments is not None:
+        raise Problem.invalid("/segments", "only with ids: segment values are kept with the logged predictions")
     if costs is not None:
         try:
             decisions = decide(probabilities, check_costs(costs, loaded.n_classes))
@@ -97,6 +107,17 @@ async def calibrate_batch(
     requests.inc()
     scored.inc(probabilities.shape[0])
     return loaded, probabilities, extras
+
+
+async def _segment_rows(app: Services, loaded: LoadedCalibrator, segments: object, n: int) -> list[dict[str, str]]:
+    """Checked segment values as one {dimension: value} per prediction (off the path when not sent)."""
+    declared = await run_in_threadpool(segment_store.read_declaration, app.sessions, loaded.calibrator_id)
+    try:
+        columns = check_rows(segments, n, declared)
+    except CalibrationInputError as error:
+        raise input_error(error, ()) from None
+    names = list(columns)
+    return [dict(zip(names, values)) for values in zip(*(columns[k].tolist() for k in names))]
 
 
 #: The calibrate counters' children by calibrator name: ``labels()`` takes a lock and builds a key each call.

@@ -35,6 +35,7 @@ from ...calibration import CalibrationInputError, fit_calibrator
 from ..bodies import check_depth, parse_json_object
 from ..problems import Problem, input_error
 from ..validation import validate
+from ...monitoring.segments import check_declaration
 from .schemas import FitRequest
 from .upload import parse_arrow_fit, parse_upload
 
@@ -233,6 +234,12 @@ def run_fit(job: FitJob, progress: Callable[[float, str], None] | None = None) -
             holdout.pop(key, None) for key in ("scores", "labels", "sample_weight", "classes")
         )
         started = time.perf_counter()
+        segments = getattr(fit, "segments", None)
+        if segments is not None:
+            try:
+                segments = check_declaration(segments)
+            except CalibrationInputError as error:
+                raise input_error(error, ()) from None
         try:
             result = fit_calibrator(
                 fit.method, fit.input, fit.options, scores, labels, sample_weight,
@@ -253,6 +260,7 @@ def run_fit(job: FitJob, progress: Callable[[float, str], None] | None = None) -
                 "holdout_sha256": result.holdout_sha256,
                 "n_samples": result.n_samples,
                 "fit_seconds": result.fit_seconds,
+                "segments": segments,
                 "elapsed_seconds": time.perf_counter() - started,
             }
         }

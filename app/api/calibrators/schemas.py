@@ -57,6 +57,11 @@ class FitRequest(BaseModel):
     options: dict[str, Any] = Field(default_factory=dict, description="the method's options")
     promote: bool = Field(default=True, description="make the new version current")
     holdout: Holdout
+    segments: dict[str, Any] | None = Field(
+        default=None,
+        description='segment dimensions to monitor, {"dimensions": ["country", ...], "max_values": 50}; '
+        "replaces the calibrator's declaration (see PUT /calibrators/{name}/segments)",
+    )
 
 
 class FitUpload(BaseModel):

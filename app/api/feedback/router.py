@@ -16,7 +16,9 @@ from starlette.responses import Response
 from ...calibration import CalibrationInputError
 from ...calibration.base import as_float_array, check_scores, encode_labels
 from ...monitoring.windows import WINDOWS, window_metrics
+from ...monitoring.segments import check_rows
 from ...storage import feedback as feedback_store
+from ...storage import segments as segment_store
 from ...storage.cache import LoadedCalibrator
 from ...storage.feedback import DriftSettings, IdempotencyConflict, JoinCounts, LabelledBatch, StoredRequest
 from ..bodies import parse_json_object, require_json
@@ -131,6 +133,10 @@ async def record_feedback(
         key = None
 
     loaded = await resolve(app, body.calibrator, body.version)
+    sent_segments = getattr(body, "segments", None)
+    declared = None
+    if sent_segments is not None:
+        declared = await run_in_threadpool(segment_store.read_declaration, app.sessions, loaded.calibrator_id)
     try:
         if body.probabilities is None:
             for field in ("version", "accepted", "scores"):
@@ -138,7 +144,8 @@ async def record_feedback(
                     raise Problem.invalid(f"/{field}", "only with probabilities (logged predictions carry their own)")
             ids = _check_ids(body.ids, len(body.labels))
             labels, _ = encode_labels(body.labels, len(ids), loaded.n_classes, loaded.classes)
-            batches, by_id = None, {"ids": ids, "labels": labels}
+            segments = None if sent_segments is None else check_rows(sent_segments, len(ids), declared)
+            batches, by_id = None, {"ids": ids, "labels": labels, "segments": segments}
         else:
             tasks = ("binary",) if loaded.n_classes == 2 else ("multiclass",)
             columns = None if loaded.n_classes == 2 else loaded.n_classes
@@ -152,10 +159,11 @@ async def record_feedback(
                     raise Problem.invalid("/scores", f"has {raw.shape[0]} entries but probabilities has {probabilities.shape[0]}")
             # Ids with probabilities name the predictions: one label per id holds here too.
             prediction_ids = None if body.ids is None else _check_ids(body.ids, probabilities.shape[0], "probabilities")
+            segments = None if sent_segments is None else check_rows(sent_segments, probabilities.shape[0], declared)
             batches = [
                 LabelledBatch(
                     loaded.version, probabilities, labels, prediction_ids=prediction_ids, accepted=accepted,
-                    scores=None if raw is None else raw.tolist(),
+                    scores=None if raw is None else raw.tolist(), segments=segments,
                 )
             ]
             by_id = {}
@@ -222,6 +230,7 @@ async def monitor(
             "version": loaded.version,
             "windows": {w: window_metrics(sums[w], binary=loaded.n_classes == 2) for w in WINDOWS},
             "drift": drift | {"threshold": math.log(1.0 / app.settings.monitor_alpha)},
+            "segments": segment_store.monitors(app.sessions, loaded.calibrator_id, loaded.version, loaded.n_classes == 2),
         }
 
     return json_response(await run_in_threadpool(read))

@@ -7,6 +7,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
+from ..evaluate.schemas import Segments
+from ..segments.schemas import SegmentMonitorOut
 from ..validation import MAX_VERSION
 
 Labels = Annotated[
@@ -48,6 +50,11 @@ class FeedbackRequest(BaseModel):
     scores: Probabilities | None = Field(
         default=None,
         description="with probabilities: the raw scores they were calibrated from (lets closed-loop recalibration refit)",
+    )
+    segments: Segments | None = Field(
+        default=None,
+        description='segment values of the rows, column-wise: {"country": ["br", ...], "device": [...]}, each a declared '
+        "dimension; with ids they override those logged by /calibrate",
     )
 
 
@@ -104,3 +111,6 @@ class MonitorOut(BaseModel):
     version: int
     windows: dict[str, dict[str, float | None]]
     drift: DriftOut
+    segments: list[SegmentMonitorOut] = Field(
+        description="one per (dimension, value) seen, the worst calibrated first (ECE of the last_10000 window)"
+    )

@@ -1,0 +1,148 @@
+"""Per-segment monitors: which segment a row belongs to, and each segment test's share of alpha.
+
+A calibrator declares the categorical attributes it monitors (its
+*dimensions*, e.g. ``country`` and ``device``) and a cap ``max_values`` per
+dimension. Every (dimension, value) pair seen in labelled feedback is a
+*segment* with the same windows, metrics and anytime-valid drift test
+(``DriftTest``) as the calibrator's own monitor, fed only that segment's rows.
+
+Tracked values: first come, first tracked
+-----------------------------------------
+A dimension tracks at most ``max_values`` distinct values: the first ones met
+in feedback, in arrival order. Any later value goes to the one pooled segment
+``OTHER`` (``"__OTHER"``, the name /evaluate gives its pooled values too), so
+a dimension has at most ``max_values + 1`` segments, and metric label
+cardinality stays bounded whatever the traffic sends. The tracked values are
+stored, so every replica assigns a value to the same segment.
+
+Family-wise false-alarm rate: a split of alpha
+----------------------------------------------
+A version with D declared dimensions of cap M runs at most m = D (M + 1)
+segment tests. Segment test j alarms when its e-process M_j reaches
+1/alpha_j, with
+
+    alpha_j = alpha / (D (M + 1)).                                         (1)
+
+Each M_j is a nonnegative supermartingale with M_j(0) = 1 under the null that
+segment j's feedback is calibrated (``app.monitoring.drift``: the bets use
+labels of that segment only, each predictable from the past), so Ville's
+inequality gives P(sup_t M_j(t) >= 1/alpha_j) <= alpha_j however many looks.
+The union bound then gives, for every set of segments where the null holds,
+
+    P(some segment test ever alarms) <= sum_j alpha_j <= alpha,             (2)
+
+whatever the dependence between segments (the dimensions overlap: a row is
+in one segment of each), how many batches are looked at, and how the
+segments' traffic is cut into batches. The price is a threshold log(m/alpha)
+instead of log(1/alpha): with D = 2, M = 50, alpha = 0.05, 7.6 nats instead
+of 3.0, which a drift in a segment of a few hundred labels a batch still
+crosses within a few batches (``benchmarks/monitor_sim.py``).
+
+A declaration changed during a version (PUT /calibrators/{name}/segments)
+cannot move the alphas already given to running tests. So each new test
+takes the split (1) of the declaration then in force, capped by what the
+version's earlier tests have not spent,
+
+    alpha_j = min(alpha / (D (M + 1)), alpha - sum_{i < j} alpha_i),         (3)
+
+and (2) holds for every sequence of declarations. A test whose share is 0
+(the budget is spent) keeps its metrics and never alarms; the next version
+starts a fresh budget.
+
+References: J. Ville, Etude critique de la notion de collectif (1939);
+V. Vovk, R. Wang, "E-values: calibration, combination and applications",
+Annals of Statistics 49 (2021), for e-values under multiple testing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from app.calibration.base import CalibrationInputError
+from app.metrics.multicalibration import COLUMN_NAME, MAX_COLUMNS, OTHER, check_segments
+
+__all__ = [
+    "DEFAULT_MAX_VALUES", "MAX_VALUES", "MAX_VALUE_LENGTH", "OTHER", "assign", "check_declaration", "check_rows",
+    "segment_alpha", "next_alpha",
+]
+
+DEFAULT_MAX_VALUES = 50
+#: Cap on max_values: D (M + 1) gauges per window for one calibrator version.
+MAX_VALUES = 1000
+#: Longest segment value (the database column's width).
+MAX_VALUE_LENGTH = 256
+
+
+def check_declaration(value: Any, field: str = "segments") -> dict[str, Any]:
+    """``{"dimensions": [names], "max_values": M}``: 1 to 16 distinct names, 1 <= M <= 1000 (default 50)."""
+    if not isinstance(value, dict):
+        raise CalibrationInputError(field, 'must be an object: {"dimensions": ["country", ...], "max_values": 50}')
+    unknown = set(value) - {"dimensions", "max_values"}
+    if unknown:
+        raise CalibrationInputError(f"{field}.{sorted(unknown)[0]}", "unknown field")
+    dimensions = value.get("dimensions")
+    if not isinstance(dimensions, list) or not 1 <= len(dimensions) <= MAX_COLUMNS:
+        raise CalibrationInputError(f"{field}.dimensions", f"must be a list of 1 to {MAX_COLUMNS} attribute names")
+    for i, name in enumerate(dimensions):
+        if not isinstance(name, str) or not COLUMN_NAME.fullmatch(name):
+            raise CalibrationInputError(f"{field}.dimensions", "names are 1 to 64 letters, digits, '_' or '-'", (i,))
+        if name in dimensions[:i]:
+            raise CalibrationInputError(f"{field}.dimensions", f"{name!r} is named twice", (i,))
+    max_values = value.get("max_values", DEFAULT_MAX_VALUES)
+    if type(max_values) is not int or not 1 <= max_values <= MAX_VALUES:
+        raise CalibrationInputError(f"{field}.max_values", f"must be an integer from 1 to {MAX_VALUES}")
+    return {"dimensions": list(dimensions), "max_values": max_values}
+
+
+def segment_alpha(alpha: float, n_dimensions: int, max_values: int) -> float:
+    """Equation (1): each segment test's share of alpha, D (M + 1) tests at most."""
+    return alpha / (n_dimensions * (max_values + 1))
+
+
+def next_alpha(alpha: float, declaration: dict[str, Any], spent: float) -> float:
+    """Equation (3): a new test's alpha, given what the version's earlier tests hold (``spent``)."""
+    share = segment_alpha(alpha, len(declaration["dimensions"]), declaration["max_values"])
+    return max(0.0, min(share, alpha - spent))
+
+
+def assign(values: np.ndarray, tracked: list[str], max_values: int) -> tuple[np.ndarray, list[str]]:
+    """The segment of each row of one dimension, and the values newly tracked (first come, first tracked).
+
+    ``values`` holds strings, or None for rows without a value (in no segment
+    of this dimension; their entry stays None). ``tracked`` lists the values
+    already tracked, in the order they were; those past ``max_values`` (after
+    the cap was lowered) pool into OTHER like any value not tracked.
+    """
+    kept = set(tracked[:max_values])
+    room = max_values - len(kept)
+    new: list[str] = []
+    out = np.empty(values.shape[0], dtype=object)
+    for i, value in enumerate(values.tolist()):
+        if value is None or value in kept:
+            out[i] = value
+        elif room > 0 and value != OTHER and value not in tracked:
+            kept.add(value)
+            new.append(value)
+            room -= 1
+            out[i] = value
+        else:
+            out[i] = OTHER
+    return out, new
+
+
+def check_rows(value: Any, n: int, declared: dict[str, Any] | None, field: str = "segments") -> dict[str, np.ndarray]:
+    """Segment values sent with n rows: /evaluate's column-wise check, then each column a declared dimension."""
+    if declared is None:
+        raise CalibrationInputError(
+            field, "this calibrator declares no segment dimensions (PUT /calibrators/{name}/segments)"
+        )
+    columns = check_segments(value, n, field)
+    for name, column in columns.items():
+        if name not in declared["dimensions"]:
+            raise CalibrationInputError(f"{field}.{name}", f"not a declared dimension (declared: {', '.join(declared['dimensions'])})")
+        for i, text in enumerate(column.tolist()):
+            if not 0 < len(text) <= MAX_VALUE_LENGTH:
+                raise CalibrationInputError(f"{field}.{name}", f"values are 1 to {MAX_VALUE_LENGTH} characters", (i,))
+    return columns

@@ -1,0 +1,289 @@
+"""Segments: a calibrator's declared dimensions, its tracked values, and per-segment monitor state.
+
+Labelled rows with segment values are added, in the feedback transaction, to
+the monitor sums, the count-window rows and the drift test of their segment in
+every declared dimension (``app.monitoring.segments`` says which segment and
+what share of alpha each test gets). The declaration row is locked while a
+batch is assigned, so that two replicas never track more than ``max_values``
+values of a dimension, nor give out more than alpha.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session
+
+from ..monitoring import segments as core
+from ..monitoring.drift import DriftTest
+from ..monitoring.windows import COUNT_WINDOWS, SUM_FIELDS, TIME_WINDOWS, WINDOWS, BinSums, FeedbackTerms, window_metrics
+from .db import transaction
+from .models import (
+    CalibratorRow, SegmentDeclarationRow, SegmentDriftStateRow, SegmentFeedbackRow, SegmentMonitorBucketRow,
+    SegmentValueRow, utcnow,
+)
+from .repository import NotFound, Sessions
+
+def _calibrator_id(session: Session, name: str) -> int:
+    calibrator_id = session.scalar(select(CalibratorRow.id).where(CalibratorRow.name == name))
+    if calibrator_id is None:
+        raise NotFound(name)
+    return calibrator_id
+
+
+def declaration(session: Session, calibrator_id: int, lock: bool = False) -> dict[str, Any] | None:
+    query = select(SegmentDeclarationRow).where(SegmentDeclarationRow.calibrator_id == calibrator_id)
+    row = session.scalars(query.with_for_update() if lock else query).first()
+    return None if row is None else {"dimensions": list(row.dimensions), "max_values": int(row.max_values)}
+
+
+def read_declaration(sessions: Sessions, calibrator_id: int) -> dict[str, Any] | None:
+    with transaction(sessions) as session:
+        return declaration(session, calibrator_id)
+
+
+def declare(session: Session, calibrator_id: int, value: dict[str, Any] | None, now: datetime | None = None) -> None:
+    """Set (or with None remove) a calibrator's declaration, in the caller's transaction."""
+    row = session.get(SegmentDeclarationRow, calibrator_id)
+    if value is None:
+        if row is not None:
+            session.delete(row)
+        return
+    if row is None:
+        row = SegmentDeclarationRow(calibrator_id=calibrator_id)
+        session.add(row)
+    row.dimensions = value["dimensions"]
+    row.max_values = value["max_values"]
+    row.updated_at = now or utcnow()
+    session.flush()
+
+
+def set_declaration(sessions: Sessions, name: str, value: dict[str, Any] | None) -> None:
+    with transaction(sessions) as session:
+        declare(session, _calibrator_id(session, name), value)
+
+
+def get_declaration(sessions: Sessions, name: str) -> tuple[int, dict[str, Any] | None, dict[str, list[str]]]:
+    """The calibrator's id, its declaration, and the values tracked per dimension (in the order first met)."""
+    with transaction(sessions) as session:
+        calibrator_id = _calibrator_id(session, name)
+        return calibrator_id, declaration(session, calibrator_id), _tracked(session, calibrator_id)
+
+
+def _tracked(session: Session, calibrator_id: int) -> dict[str, list[str]]:
+    rows = session.execute(
+        select(SegmentValueRow.dimension, SegmentValueRow.value)
+        .where(SegmentValueRow.calibrator_id == calibrator_id)
+        .order_by(SegmentValueRow.dimension, SegmentValueRow.rank)
+    ).all()
+    out: dict[str, list[str]] = defaultdict(list)
+    for dimension, value in rows:
+        out[dimension].append(value)
+    return dict(out)
+
+
+def _subset(terms: FeedbackTerms, rows: np.ndarray) -> FeedbackTerms:
+    return FeedbackTerms(
+        terms.probability[rows], terms.outcome[rows], terms.brier[rows], terms.log_loss[rows],
+        None if terms.accepted is None else terms.accepted[rows],
+    )
+
+
+def store(
+    session: Session, calibrator_id: int, version: int, bucket: datetime, now: datetime,
+    segments: dict[str, np.ndarray], terms: FeedbackTerms, labels: np.ndarray, rows_probabilities: np.ndarray | None,
+    alpha: float, tolerance: float, insert,
+) -> None:
+    """Add labelled rows to their segments' sums, count windows and drift tests (the caller's transaction).
+
+    ``segments`` maps a dimension to the rows' values (None: no value). Values
+    of dimensions no longer declared are ignored.
+    """
+    declared = declaration(session, calibrator_id, lock=True)
+    if declared is None:
+        return
+    tracked = _tracked(session, calibrator_id)
+    spent = float(
+        session.scalar(
+            select(func.coalesce(func.sum(SegmentDriftStateRow.alpha), 0.0)).where(
+                SegmentDriftStateRow.calibrator_id == calibrator_id, SegmentDriftStateRow.version == version
+            )
+        )
+    )
+    for dimension in declared["dimensions"]:
+        if dimension not in segments:
+            continue
+        known = tracked.get(dimension, [])
+        assigned, new = core.assign(np.asarray(segments[dimension], dtype=object), known, declared["max_values"])
+        if new:
+            session.execute(
+                insert(SegmentValueRow),
+                [
+                    {"calibrator_id": calibrator_id, "dimension": dimension, "value": value, "rank": len(known) + i}
+                    for i, value in enumerate(new)
+                ],
+            )
+        for segment in dict.fromkeys(v for v in assigned.tolist() if v is not None):
+            rows = np.flatnonzero(assigned == segment)
+            part = _subset(terms, rows)
+            key = {"calibrator_id": calibrator_id, "version": version, "dimension": dimension, "segment": segment}
+            _add_to_buckets(session, insert, key, bucket, BinSums.of(part))
+            session.execute(
+                insert(SegmentFeedbackRow),
+                [
+                    key | {
+                        "probability": p, "label": y, "accepted": a, "received_at": now,
+                        "probabilities": None if rows_probabilities is None else rows_probabilities[i].tolist(),
+                    }
+                    for i, p, y, a in zip(
+                        rows.tolist(), part.probability.tolist(), labels[rows].tolist(),
+                        [None] * rows.shape[0] if part.accepted is None else part.accepted.tolist(),
+                    )
+                ],
+            )
+            kept = np.ones(rows.shape[0], dtype=bool) if part.accepted is None else part.accepted.astype(bool)
+            spent += _update_drift(
+                session, insert, key, part.probability[kept], part.outcome[kept], now,
+                core.next_alpha(alpha, declared, spent), tolerance,
+            )
+
+
+def _add_to_buckets(session: Session, insert, key: dict, bucket: datetime, sums: BinSums) -> None:
+    rows = [key | {"bucket_start": bucket, **row} for row in sums.rows()]
+    if not rows:
+        return
+    statement = insert(SegmentMonitorBucketRow)
+    statement = statement.on_conflict_do_update(
+        index_elements=["calibrator_id", "version", "dimension", "segment", "bucket_start", "bin"],
+        set_={name: getattr(SegmentMonitorBucketRow, name) + getattr(statement.excluded, name) for name in SUM_FIELDS},
+    )
+    session.execute(statement, rows)
+
+
+def _update_drift(session: Session, insert, key: dict, p: np.ndarray, y: np.ndarray, now: datetime,
+                  alpha: float, tolerance: float) -> float:
+    """Feed the segment's test; returns the alpha newly given out (when the test is created now)."""
+    row = session.get(
+        SegmentDriftStateRow, (key["calibrator_id"], key["version"], key["dimension"], key["segment"]),
+        with_for_update=True,
+    )
+    created = 0.0
+    if row is None:
+        row = SegmentDriftStateRow(**key, alpha=alpha, state={}, alarm=False, log_evalue=0.0, updated_at=now)
+        session.add(row)
+        created = alpha
+    if row.alpha <= 0.0 or p.shape[0] == 0:
+        row.updated_at = now
+        return created
+    test = DriftTest.from_dict(row.state) if row.state else DriftTest(alpha=row.alpha, tolerance=tolerance)
+    result = test.update(p, y.astype(np.int8))
+    row.state = test.to_dict()
+    row.alarm = bool(result.alarm)
+    row.log_evalue = float(result.log_evalue)
+    row.updated_at = now
+    session.flush()
+    return created
+
+
+# -- reading -----------------------------------------------------------------------
+def window_sums(
+    sessions: Sessions, calibrator_id: int, version: int, now: datetime | None = None
+) -> dict[tuple[str, str], dict[str, BinSums]]:
+    """Bin sums of every window of every segment of one version, by (dimension, segment)."""
+    from .feedback import _sums_of_rows
+
+    now = now or utcnow()
+    out: dict[tuple[str, str], dict[str, BinSums]] = defaultdict(dict)
+    B = SegmentMonitorBucketRow
+    with transaction(sessions) as session:
+        segments = session.execute(
+            select(SegmentDriftStateRow.dimension, SegmentDriftStateRow.segment).where(
+                SegmentDriftStateRow.calibrator_id == calibrator_id, SegmentDriftStateRow.version == version
+            )
+        ).all()
+        for window, length in TIME_WINDOWS.items():
+            rows = session.execute(
+                select(B.dimension, B.segment, B.bin, *(func.sum(getattr(B, f)) for f in SUM_FIELDS))
+                .where(B.calibrator_id == calibrator_id, B.version == version, B.bucket_start > now - length)
+                .group_by(B.dimension, B.segment, B.bin)
+            ).all()
+            grouped: dict[tuple[str, str], list[tuple]] = defaultdict(list)
+            for dimension, segment, *rest in rows:
+                grouped[(dimension, segment)].append(tuple(rest))
+            for key in segments:
+                out[tuple(key)][window] = BinSums.from_rows(grouped.get(tuple(key), []))
+        F = SegmentFeedbackRow
+        for window, limit in COUNT_WINDOWS.items():
+            # The newest ``limit`` rows of each segment, in one query (a window function on both backends).
+            rank = func.row_number().over(partition_by=(F.dimension, F.segment), order_by=F.id.desc()).label("rank")
+            ranked = (
+                select(F.dimension, F.segment, F.probability, F.label, F.probabilities, F.accepted, rank)
+                .where(F.calibrator_id == calibrator_id, F.version == version)
+                .subquery()
+            )
+            rows = session.execute(
+                select(ranked.c.dimension, ranked.c.segment, ranked.c.probability, ranked.c.label,
+                       ranked.c.probabilities, ranked.c.accepted).where(ranked.c.rank <= limit)
+            ).all()
+            grouped = defaultdict(list)
+            for dimension, segment, *rest in rows:
+                grouped[(dimension, segment)].append(tuple(rest))
+            for key in segments:
+                out[tuple(key)][window] = _sums_of_rows(grouped.get(tuple(key), []))
+    return dict(out)
+
+
+def drift_states(sessions: Sessions, calibrator_id: int, version: int) -> dict[tuple[str, str], dict[str, Any]]:
+    """Each segment test of a version: alarm, log e-value, its threshold log(1/alpha_j), what it has seen."""
+    with transaction(sessions) as session:
+        rows = session.scalars(
+            select(SegmentDriftStateRow).where(
+                SegmentDriftStateRow.calibrator_id == calibrator_id, SegmentDriftStateRow.version == version
+            )
+        ).all()
+        out = {}
+        for row in rows:
+            result = DriftTest.from_dict(row.state).result() if row.state else None
+            out[(row.dimension, row.segment)] = {
+                "alarm": bool(row.alarm),
+                "log_evalue": float(row.log_evalue),
+                "threshold": float(-np.log(row.alpha)) if row.alpha > 0 else None,
+                "alpha": float(row.alpha),
+                "samples": 0 if result is None else result.n_samples,
+                "batches": 0 if result is None else result.n_batches,
+                "alarm_batch": None if result is None else result.alarm_batch,
+                "top_alternative": None if result is None else result.top_alternative,
+                "updated_at": row.updated_at,
+            }
+    return out
+
+
+def monitors(sessions: Sessions, calibrator_id: int, version: int, binary: bool) -> list[dict]:
+    """Every segment's windows and drift test, the worst calibrated (last_10000 ECE) first."""
+    sums = window_sums(sessions, calibrator_id, version)
+    drift = drift_states(sessions, calibrator_id, version)
+    out = [
+        {
+            "dimension": dimension,
+            "segment": segment,
+            "windows": {w: window_metrics(sums[(dimension, segment)][w], binary=binary) for w in WINDOWS},
+            "drift": drift[(dimension, segment)],
+        }
+        for dimension, segment in sorted(drift)
+    ]
+    worst = WINDOWS[-1]
+    out.sort(key=lambda s: -1.0 if s["windows"][worst]["ece"] is None else s["windows"][worst]["ece"], reverse=True)
+    return out
+
+
+def purge(session: Session, oldest: datetime) -> dict[str, int]:
+    return {
+        "segment_feedback": session.execute(delete(SegmentFeedbackRow).where(SegmentFeedbackRow.received_at < oldest)).rowcount,
+        "segment_monitor_buckets": session.execute(
+            delete(SegmentMonitorBucketRow).where(SegmentMonitorBucketRow.bucket_start < oldest)
+        ).rowcount,
+    }
