@@ -20,6 +20,7 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.routing import APIRoute
 from starlette.requests import ClientDisconnect, Request
+from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .auth import authorize, bearer_token
@@ -38,8 +39,9 @@ def asgi_route(router: APIRouter, path: str, endpoint: AsgiEndpoint, methods: li
     The route (an ``AsgiRoute``) carries the OpenAPI description
     (``documentation``: summary, dependencies for its security, openapi_extra,
     responses...), but FastAPI never resolves those dependencies: the endpoint
-    checks the key itself. A path without parameters is served by ``Edge``'s
-    shortcut, past the route table; routing reaches the same endpoint.
+    checks the key itself. ``Edge``'s shortcut serves it past the route table (a path with
+    parameters by its pattern, the parameters in ``scope["path_params"]``); routing reaches the
+    same endpoint.
     """
 
     async def documented() -> None:  # pragma: no cover - never called: AsgiRoute.handle calls ``endpoint``
@@ -89,18 +91,31 @@ class Edge:
         self.app = app
         self.max_bytes = max_bytes
         self._shortcuts: dict[tuple[str, str], AsgiRoute] = {}
+        #: Routes with path parameters (the inference protocol's infer): matched by their pattern.
+        self._templated: list[tuple[frozenset[str], Any, dict, AsgiRoute]] = []
         self._routes_seen = -1
 
     def _shortcut(self, scope: Scope) -> AsgiRoute | None:
         routes = scope["app"].router.routes
         if len(routes) != self._routes_seen:  # routes added since (tests add some): rebuild
             table: dict[tuple[str, str], AsgiRoute] = {}
+            templated = []
             for path, route in _asgi_routes(routes):
                 if "{" not in path:
                     for method in route.methods:
                         table.setdefault((method, path), route)
-            self._shortcuts, self._routes_seen = table, len(routes)
-        return self._shortcuts.get((scope["method"], scope["path"]))
+                else:
+                    pattern, _, convertors = compile_path(path)
+                    templated.append((frozenset(route.methods), pattern, convertors, route))
+            self._shortcuts, self._templated, self._routes_seen = table, templated, len(routes)
+        route = self._shortcuts.get((scope["method"], scope["path"]))
+        if route is None and self._templated:
+            for methods, pattern, convertors, candidate in self._templated:
+                match = pattern.match(scope["path"]) if scope["method"] in methods else None
+                if match is not None:
+                    scope["path_params"] = {k: convertors[k].convert(v) for k, v in match.groupdict().items()}
+                    return candidate
+        return route
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

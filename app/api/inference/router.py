@@ -18,8 +18,10 @@ import numpy as np
 import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
-from ..auth import require
+from ..auth import authorize, bearer_token, require
+from ..edge import answer_error, asgi_route, read_body
 from ..bodies import parse_json_object
 from ..health import readiness_problem
 from ..problems import Problem
@@ -60,30 +62,47 @@ def _path(*names: str) -> dict[str, Any]:
     return {**INFERENCE_BODY, "parameters": parameters}
 
 
-# Inference first: routes are matched in order, and it is the one on the hot path.
-@router.post("/models/{name}/infer", dependencies=[REQUIRE_INFER], summary="Inference (v2)", responses=INFERENCE, openapi_extra=_path("name"))
-async def infer(request: Request) -> Response:
-    # The name is read from the path as it is: a typed parameter costs a validation per request.
-    return await _infer(request, request.path_params["name"], None)
+# Inference first: routes are matched in order, and it is the one on the hot path. A plain ASGI
+# endpoint (as /calibrate is), which Edge reaches past the route table.
+async def infer(scope: Scope, receive: Receive, send: Send) -> None:
+    """POST /v2/models/{name}[/versions/{version}]/infer: key, body, calibration (or the predictor), answer."""
+    try:
+        app = scope["app"].state.services
+        authorization = header_length = None
+        for key, value in scope["headers"]:
+            if key == b"authorization":
+                authorization = value.decode("latin-1")
+            elif key == b"inference-header-content-length":
+                header_length = value.decode("latin-1")
+        authorize(app.keyring, bearer_token(authorization), ("calibrate",))
+        body = await read_body(receive, app.settings.max_body_bytes)
+        parameters = scope["path_params"]
+        response = await _infer(scope["app"], body, header_length, parameters["name"], parameters.get("version"))
+    except Exception as error:
+        await answer_error(scope, receive, send, error)
+        return
+    await response(scope, receive, send)
 
 
-@router.post(
-    "/models/{name}/versions/{version}/infer", dependencies=[REQUIRE_INFER], summary="Inference on a version (v2)",
-    responses=INFERENCE, openapi_extra=_path("name", "version"),
-)
-async def infer_version(request: Request) -> Response:
-    return await _infer(request, request.path_params["name"], request.path_params["version"])
+for _path_template, _summary, _parameters in (
+    ("/models/{name}/infer", "Inference (v2)", ("name",)),
+    ("/models/{name}/versions/{version}/infer", "Inference on a version (v2)", ("name", "version")),
+):
+    asgi_route(
+        router, _path_template, infer, ["POST"], dependencies=[REQUIRE_INFER], summary=_summary,
+        responses=INFERENCE, openapi_extra=_path(*_parameters),
+    )
 
 
-async def _infer(request: Request, name: str, version: str | None) -> Response:
-    data, binary = split_body(await request.body(), request.headers.get(HEADER_LENGTH))
+async def _infer(fastapi_app: Any, body: bytes, header_length: str | None, name: str, version: str | None) -> Response:
+    data, binary = split_body(body, header_length)
     number = core.parse_version(version)
-    app = services(request)
+    app = fastapi_app.state.services
     ids, costs = request_parameters(data)
     if not _has_scores(data):
         predictor = transformer.predictor_for(app.settings, name)
         if predictor is not None:
-            return await _transform(request, predictor, name, number, data, binary, ids, costs)
+            return await _transform(fastapi_app, predictor, name, number, data, binary, ids, costs)
     loaded, outputs = await core.infer(app, name, number, read_inputs(data, binary), ids, costs)
     return respond(data, name, str(loaded.version), outputs)
 
@@ -138,7 +157,7 @@ def _has_scores(data: dict[str, Any]) -> bool:
 
 
 async def _transform(
-    request: Request,
+    fastapi_app: Any,
     predictor: transformer.Predictor,
     name: str,
     version: int | None,
@@ -148,7 +167,7 @@ async def _transform(
     costs: Any,
 ) -> Response:
     """Transformer mode: the predictor answers the caller's request, calibd calibrates its output."""
-    app = services(request)
+    app = fastapi_app.state.services
     loaded = await core.resolve(app, name, version)  # an unknown calibrator is a 404 before any forwarding
     forwarded = {key: value for key, value in data.items() if key != "outputs"}
     # calibd's own parameters stay here; outputs come back as JSON (calibd encodes its own as asked)
@@ -168,7 +187,7 @@ async def _transform(
         forwarded["outputs"] = [{"name": predictor.output}]
     if binary is not None:  # as JSON: not every model server takes binary inputs (MLServer does not)
         forwarded["inputs"] = _json_inputs(data, binary)
-    answer, answer_binary = await transformer.forward(request.app.state.predictor_client, predictor, orjson.dumps(forwarded, option=orjson.OPT_SERIALIZE_NUMPY))
+    answer, answer_binary = await transformer.forward(fastapi_app.state.predictor_client, predictor, orjson.dumps(forwarded, option=orjson.OPT_SERIALIZE_NUMPY))
     passthrough, raw = transformer.predictor_outputs(predictor, answer, answer_binary)
     binary_scores = loaded.n_classes == 2 and "binary" in loaded.calibrator.tasks
     scores = transformer.scores_for(loaded.n_classes, binary_scores, raw)

@@ -119,13 +119,13 @@ def _flatten(data: list, where: str) -> list:
     return flat
 
 
+_NAMES = {dtype.str: name for name, dtype in DTYPES.items()}
+
+
 def datatype_of(value: np.ndarray) -> str:
     if value.dtype.kind in "OUS":
         return "BYTES"
-    for name, dtype in DTYPES.items():
-        if value.dtype == dtype:
-            return name
-    return "FP64"
+    return _NAMES.get(value.dtype.newbyteorder("<").str if value.dtype.byteorder == ">" else value.dtype.str, "FP64")
 
 
 def as_tensor(value: Any) -> np.ndarray:
