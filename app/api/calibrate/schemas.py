@@ -50,8 +50,25 @@ class CalibrateRequest(BaseModel):
         WithJsonSchema({"type": ["array", "null"], "items": {"type": "string", "minLength": 1, "maxLength": 128}}),
     ] = Field(default=None, description="one id per score: the predictions are logged for feedback by id")
     costs: Costs | None = Field(default=None, description="return `decisions` of least expected cost")
-    features: Annotated[list[Any] | None, WithJsonSchema({"type": ["array", "null"], "items": {"type": "array", "items": {"type": "number"}}})] = Field(
-        default=None, description="selective calibrators: one feature row per score"
+    features: Annotated[
+        list[Any] | dict[str, Any] | None,
+        WithJsonSchema(
+            {
+                "anyOf": [
+                    {"type": "array", "items": {"type": "array", "items": {"type": "number"}}},
+                    {
+                        "type": "object",
+                        "propertyNames": {"pattern": "^[A-Za-z0-9_-]{1,64}$"},
+                        "additionalProperties": {"type": "array", "items": {"type": ["string", "number", "null"]}},
+                    },
+                    {"type": "null"},
+                ]
+            }
+        ),
+    ] = Field(
+        default=None,
+        description="selective calibrators: one feature row per score; multicalibration: named columns, one value per "
+        "score (strings: categorical, numbers or null: numeric), as at fit time",
     )
 
 
