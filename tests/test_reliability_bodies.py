@@ -229,6 +229,17 @@ def test_booleans_in_number_arrays_are_refused_at_the_element(client, fitted, ro
 
 
 @pytest.mark.parametrize(
+    "datatype,shape,data",
+    [("FP32", [3], [0.1, True, 0.3]), ("FP64", [3, 1], [[0.1], [False], [0.3]]), ("FP64", [3], [0.1, 0.2, True])],
+)
+def test_booleans_in_inference_tensors_are_refused(client, fitted, datatype, shape, data):
+    body = {"inputs": [{"name": "scores", "shape": shape, "datatype": datatype, "data": data}]}
+    response = client.post(f"/v2/models/{fitted['name']}/infer", json=body)
+    assert 400 <= response.status_code < 500, response.text
+    assert "not true or false" in response.text, response.text
+
+
+@pytest.mark.parametrize(
     "field,value,at",
     [
         ("scores", SCORES[:5] + [True] + SCORES[6:], "/holdout/scores/5"),

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from ...calibration.base import NOT_A_BOOLEAN, boolean_index, may_hold_booleans
+
 from ..problems import Problem
 
 #: The protocol's numeric datatypes as little-endian numpy dtypes.
@@ -104,6 +106,10 @@ def from_json(data: Any, datatype: str, shape: tuple[int, ...], where: str) -> A
         raise TensorError(where + "/data", f"is not a (rectangular) list of {datatype} numbers") from None
     if array.size != elements(shape):
         raise TensorError(where + "/data", f"has {array.size} elements but shape {list(shape)} needs {elements(shape)}")
+    if datatype != "BOOL" and array.size and may_hold_booleans(array):  # numpy reads true and false as 1 and 0
+        at = boolean_index(data, array.ndim) if array.ndim <= 2 else None
+        if at is not None or (array.ndim > 2 and bool in set(map(type, _flatten(data, where)))):
+            raise TensorError(where + "/data" + "".join(f"/{i}" for i in at or ()), f"{NOT_A_BOOLEAN} ({datatype})")
     if datatype == "FP32":  # the value a binary FP32 tensor would carry
         array = array.astype(np.float32).astype(np.float64)
     return array.reshape(shape)
