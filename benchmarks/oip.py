@@ -205,23 +205,29 @@ def kserve_sdk_check(url: str, key: str, name: str) -> str:
 
 KSERVE_CHECK = r"""
 import asyncio, sys
+import httpx
 import numpy as np
 from importlib.metadata import version
 from kserve import InferenceRESTClient, InferRequest, InferInput, RESTConfig
+from kserve.protocol.rest.v2_datamodels import ModelMetadataResponse, ServerMetadataResponse
 
 url, key, name = sys.argv[1], sys.argv[2], sys.argv[3]
 
 async def main():
     client = InferenceRESTClient(RESTConfig(protocol="v2", verbose=False))
     headers = {"Authorization": f"Bearer {key}"}
-    metadata = await client.get_model_metadata(url, name, headers=headers)
+    assert await client.is_server_live(url) and await client.is_server_ready(url)
+    assert await client.is_model_ready(url, name, headers=headers)
+    # The SDK's REST client has no metadata call: calibd's metadata read into the SDK's own models.
+    server = ServerMetadataResponse.model_validate(httpx.get(f"{url}/v2").json())
+    metadata = ModelMetadataResponse.model_validate(httpx.get(f"{url}/v2/models/{name}", headers=headers).json())
     tensor = InferInput("scores", [3], "FP64")
     tensor.set_data_from_numpy(np.array([0.1, 0.5, 0.9]))
     result = await client.infer(url, InferRequest(model_name=name, infer_inputs=[tensor]), model_name=name, headers=headers)
-    probabilities = result.outputs[0].as_numpy()
+    output = result.outputs[0]
     await client.close()
-    print(f"kserve {version('kserve')}: metadata versions {metadata.versions}, inputs {[i.name for i in metadata.inputs]}; "
-          f"infer -> {result.outputs[0].name} {np.round(probabilities, 4).tolist()}")
+    print(f"kserve {version('kserve')}: server {server.name} {server.version}; model versions {metadata.versions}, "
+          f"inputs {[i.name for i in metadata.inputs]}; infer -> {output.name} {np.round(output.as_numpy(), 4).tolist()}")
 
 asyncio.run(main())
 """
