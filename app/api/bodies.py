@@ -1,4 +1,4 @@
-"""Reading request bodies: size limits, content types and JSON.
+"""Reading request bodies: content types, JSON and its nesting (the size limit is app.api.edge's).
 
 Large arrays never pass through per-element pydantic validation: bodies are
 parsed with orjson and their arrays validated as numpy arrays by the core.
@@ -12,57 +12,13 @@ from typing import Any
 
 import numpy as np
 import orjson
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .problems import Problem, is_oip, problem_response
+from .problems import Problem
 
 
 class BodyTooLarge(Problem):
     def __init__(self, limit: int):
         super().__init__(413, f"request body exceeds the limit of {limit} bytes (CALIBD_MAX_BODY_BYTES)")
-
-
-class BodySizeLimit:
-    """Refuse bodies over ``max_bytes`` with 413, before reading them in full.
-
-    A declared Content-Length over the limit is refused without reading the
-    body at all; a chunked body is counted as it streams and cut off at the
-    limit.
-    """
-
-    def __init__(self, app: ASGIApp, max_bytes: int):
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        for key, value in scope["headers"]:
-            if key == b"content-length":
-                try:
-                    declared = int(value)
-                except ValueError:
-                    declared = 0
-                if declared > self.max_bytes:
-                    response = problem_response(
-                        413, BodyTooLarge(self.max_bytes).detail, headers={"Connection": "close"}, oip=is_oip(scope)
-                    )
-                    await response(scope, receive, send)
-                    return
-                break
-        received = 0
-
-        async def limited_receive() -> Message:
-            nonlocal received
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    raise BodyTooLarge(self.max_bytes)
-            return message
-
-        await self.app(scope, limited_receive, send)
 
 
 def media_type(headers: Any) -> str:
@@ -168,8 +124,9 @@ def _structure_depth(body: bytes) -> int | None:
     return depth
 
 
-def parse_json(body: bytes) -> Any:
-    """Parse a JSON body of at most MAX_JSON_DEPTH levels.
+def parse_json(body: bytes, check_nesting: bool = True) -> Any:
+    """Parse a JSON body of at most MAX_JSON_DEPTH levels (``check_nesting=False``: the caller
+    checks the nesting of what orjson parsed itself, by ``check_depth`` or by its shape).
 
     NaN and Infinity literals are accepted here (through ``json``, which orjson
     refuses them to) so that validation can point at the element, instead of
@@ -188,12 +145,15 @@ def parse_json(body: bytes) -> Any:
         except orjson.JSONEncodeError:
             raise Problem(400, "body is not valid JSON: a string holds a lone surrogate (\\ud800-\\udfff)") from None
         return data
-    check_depth(body)
+    if check_nesting:
+        check_depth(body)
     return data
 
 
-def parse_json_object(body: bytes) -> dict[str, Any]:
-    data = parse_json(body)
+def parse_json_object(body: bytes, check_nesting: bool = True) -> dict[str, Any]:
+    data = parse_json(body, check_nesting)
     if not isinstance(data, dict):
+        if not check_nesting:
+            check_depth(body)  # too deep is the answer to a deep array, as it is with the check on
         raise Problem(400, "body must be a JSON object")
     return data

@@ -197,12 +197,14 @@ class Edge:
 
 
 # -- what the ASGI endpoints share ---------------------------------------------------------------
-async def json_request(scope: Scope, receive: Receive, app: Any, key_scope: str) -> dict:
-    """The request's JSON object, once its key holds ``key_scope`` and its Content-Type is JSON.
+async def json_request(scope: Scope, receive: Receive, app: Any, key_scope: str) -> tuple[dict, bytes]:
+    """The request's JSON object and body, once its key holds ``key_scope`` and its Content-Type is JSON.
 
     The checks of a FastAPI route with ``require(key_scope)`` that reads its
     body with ``bodies.parse_json_object``, in the same order: key (401, 403,
-    503), media type (415), size (413), JSON (400).
+    503), media type (415), size (413), JSON (400); but the nesting of a body
+    orjson parsed is the caller's to check (``bodies.check_depth``), which its
+    shape may spare.
     """
     authorization = content_type = None
     for key, value in scope["headers"]:
@@ -212,7 +214,8 @@ async def json_request(scope: Scope, receive: Receive, app: Any, key_scope: str)
             content_type = value.decode("latin-1")
     authorize(app.keyring, bearer_token(authorization), (key_scope,))
     require_json({"content-type": content_type or ""})
-    return parse_json_object(await read_body(receive, app.settings.max_body_bytes))
+    body = await read_body(receive, app.settings.max_body_bytes)
+    return parse_json_object(body, check_nesting=False), body
 
 
 async def read_body(receive: Receive, limit: int) -> bytes:

@@ -23,6 +23,7 @@ from ...monitoring.segments import check_rows
 from ...storage import segments as segment_store
 from ...storage.cache import LoadedCalibrator
 from ..auth import REQUIRE_CALIBRATE
+from ..bodies import check_depth
 from ..edge import answer_error, asgi_route, json_request, send_json
 from ..observability import CALIBRATE_REQUESTS, CALIBRATE_SCORES
 from ..problems import Problem, input_error
@@ -41,8 +42,13 @@ async def calibrate(scope: Scope, receive: Receive, send: Send) -> None:
     """POST /calibrate, a plain ASGI endpoint (``asgi_route``): key, body, calibration, answer."""
     try:
         app = scope["app"].state.services
-        data = await json_request(scope, receive, app, "calibrate")
-        name, version, scores, ids, arrays = _envelope(data)
+        data, raw = await json_request(scope, receive, app, "calibrate")
+        scores = _scores_if_shallow(data)
+        if scores is None:
+            check_depth(raw)
+        name, version, _, ids, arrays = _envelope(data)
+        if scores is None:
+            scores = data["scores"]
         segments = arrays.pop("segments", None)
         loaded, probabilities, extras = await calibrate_batch(
             app, name, version, scores, ids, arrays, data.get("costs"), segments
@@ -118,6 +124,17 @@ async def _segment_rows(app: Services, loaded: LoadedCalibrator, segments: objec
         raise input_error(error, ()) from None
     names = list(columns)
     return [dict(zip(names, values)) for values in zip(*(columns[k].tolist() for k in names))]
+
+
+def _scores_if_shallow(data: dict) -> np.ndarray | None:
+    """The scores as a float64 array when that proves the body shallow: the usual request, a name,
+    perhaps a version and scores as numbers or rows of numbers (``_float_array``), nests at most
+    three levels, and needs no scan of its text for depth. Else None: the body is scanned."""
+    if not data.keys() <= {"calibrator", "version", "scores"} or type(data.get("calibrator")) is not str:
+        return None
+    if type(data.get("version")) not in (int, type(None)):
+        return None
+    return _float_array(data.get("scores"))
 
 
 #: The calibrate counters' children by calibrator name: ``labels()`` takes a lock and builds a key each call.
@@ -204,9 +221,13 @@ if os.environ.get("CALIBD_BENCHMARK_ROUTES") == "1":
     # over this one is the cost of calibration.
     async def calibrate_baseline(scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            data = await json_request(scope, receive, scope["app"].state.services, "calibrate")
+            data, raw = await json_request(scope, receive, scope["app"].state.services, "calibrate")
+            values = _scores_if_shallow(data)
+            if values is None:
+                check_depth(raw)
             name, version, scores, ids, arrays = _envelope(data)
-            values = _float_array(scores)
+            if values is None:
+                values = _float_array(scores)
             body = {"calibrator": name, "version": version or 1, "probabilities": scores if values is None else values}
             payload = orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
         except Exception as error:
