@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
+from ..calibration.multicalibration import stored_feature_columns
 from ..monitoring.recalibration import compare_log_loss
 from ..storage import feedback as feedback_store
 from ..storage import recalibration as loop_store
@@ -146,6 +147,12 @@ async def _maybe_refit(app, calibrator_id, name, policy, current, state) -> dict
         "holdout": {"scores": scores, "labels": labels, **({"classes": current.classes} if current.classes else {})},
     }
     why = "the drift alarm fired" if alarm and policy.trigger != "schedule" else "the schedule came round"
+    if method == current.method and stored_feature_columns(current.parameters):
+        # Feedback keeps no feature values, and a version refitted on scores alone would refuse the
+        # features clients send: a version fitted on features is refitted by a fit request, not here.
+        await _event(app, calibrator_id, name, "kept", f"{why}, but version {current.version} was fitted on features "
+                     "the feedback does not keep; refit it with POST /calibrators", None, {})
+        return {"last_refit_at": now}
     try:
         candidate = await fit_and_store(app, FitJob(body=orjson.dumps(body), max_samples=app.settings.max_holdout_rows))
     except Problem as problem:
