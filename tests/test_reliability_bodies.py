@@ -176,6 +176,30 @@ def test_deep_asynchronous_fit_is_refused_before_it_is_accepted(client, row_coun
     assert row_counts() == before
 
 
+@pytest.mark.parametrize("run_async", [False, True])
+def test_large_bodies_of_any_content_get_a_4xx(client, name, run_async):
+    """Bodies of megabytes (spooled to a file for the fit worker): not JSON, invalid UTF-8, a
+    huge string of any Unicode, a huge number array with a boolean at its end."""
+    rng = np.random.default_rng(11)
+    text = "".join(map(chr, rng.integers(0x20, 0x2FFF, 400_000))).replace('"', "").replace("\\", "")
+    bodies = [
+        rng.integers(0, 256, 3_000_000, dtype=np.uint8).tobytes(),
+        b'{"name": "' + b"\xff\xfe" * 1_000_000 + b'"}',
+        json.dumps({"name": name, "method": "platt", "holdout": {"scores": SCORES, "labels": LABELS}, "note": text}).encode(),
+        json.dumps({"name": name, "method": "platt", "holdout": {"scores": [0.5] * 400_000 + [True], "labels": [0, 1] * 200_000 + [1]}}).encode(),
+    ]
+    for body in bodies:
+        assert len(body) > 1 << 20
+        response = client.post("/calibrators", params={"async": "true"} if run_async else None, content=body,
+                               headers={"content-type": "application/json"})
+        assert_problem(response)
+        if run_async and response.status_code == 202:  # else refused up front (random bytes nest deep)
+            follow_job(client, response)
+            assert client.get(response.headers["Location"]).json()["state"] == "failed"
+        else:
+            assert 400 <= response.status_code < 500, response.text
+
+
 def test_nesting_depth_scan_agrees_with_a_parser():
     """The scan gives the depth a parser finds, brackets and escapes inside strings included."""
     strings = st.text(alphabet='[]{}"\\ab', max_size=6)
