@@ -18,9 +18,11 @@ from datetime import datetime, timedelta, timezone
 import httpx
 import numpy as np
 import pytest
+from prometheus_client import CollectorRegistry, Histogram
 
 from app.api.calibrate.router import _float_array
-from app.api.logs import JsonFormatter, _utc_milliseconds, new_request_id
+from app.api.logs import JsonFormatter, _utc_milliseconds, format_access, new_request_id, request_id
+from app.api.observability import _observer
 from app.calibration._logistic import fit_logistic
 from app.calibration._multiclass import as_logits, softmax
 from app.calibration.base import Calibrator, CalibrationInputError
@@ -276,6 +278,42 @@ def test_json_formatter_output_parses_the_same():
                             extra={"when": datetime(2026, 1, 2, tzinfo=timezone.utc), "nan": math.nan, "big": 10**30})
     text = formatter.format(odd)
     assert '"when": "2026-01-02 00:00:00+00:00"' in text and "NaN" in text  # json.dumps(default=str), as before
+
+
+def test_a_queued_access_entry_is_the_line_the_formatter_makes_of_its_record():
+    formatter = JsonFormatter()
+    logger = logging.getLogger("calibd.access")
+    for method, path, route, status, duration in [("POST", "/calibrate", "/calibrate", 200, 0.0012345),
+                                                  ("GET", "/x/ü\t\"", None, 404, 2.5), ("PUT", "/a", "/a", 500, 0.0)]:
+        created, rid = 1_700_000_000.123456, "rid-1"
+        record = logger.makeRecord("calibd.access", logging.INFO, "(unknown file)", 0, "%s %s %d", (method, path, status),
+                                   None, extra={"method": method, "path": path, "route": route, "status": status,
+                                                "duration_ms": round(duration * 1000, 3)})
+        record.created = created
+        token = request_id.set(rid)
+        try:
+            expected = json.loads(formatter.format(record))
+        finally:
+            request_id.reset(token)
+        assert json.loads(format_access((created, rid, method, path, route, status, duration))) == expected
+
+
+def test_the_duration_observer_counts_as_histogram_observe():
+    registry = CollectorRegistry()
+    buckets = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+    reference = Histogram("reference_seconds", "r", buckets=buckets, registry=registry)
+    ours = Histogram("ours_seconds", "o", buckets=buckets, registry=registry)
+    observe = _observer(ours)
+    values = [*np.random.default_rng(3).exponential(0.01, 500), *buckets, 0.0, 11.0, 1e-9]
+    for value in values:
+        reference.observe(value)
+        observe(value)
+
+    def samples(name: str) -> list[tuple]:
+        return [(s.name.replace(name, ""), s.labels.get("le"), s.value) for metric in registry.collect()
+                for s in metric.samples if s.name.startswith(name) and not s.name.endswith("_created")]
+
+    assert samples("ours_seconds") == samples("reference_seconds")
 
 
 # -- feedback rows by COPY -------------------------------------------------------------------------------
