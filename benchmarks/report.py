@@ -31,6 +31,7 @@ ORDER = [
     "metrics",
     "metrics_reference",
     "multiclass",
+    "auto_fit",
     "monitor_sim",
     "angular",
     "bernstein",

@@ -49,6 +49,7 @@ OTHERS = {
     "bernstein": (["--no-solvers"],
                   ["--rounds", "1", "--test-size", "50000", "--no-solvers", "--no-times"]),
     "selective": ([], ["--quick"]),
+    "auto_fit": ([], ["--runs", "1", "--k", "20", "--n", "4000"]),
     "closed_loop": ([], ["--batches", "16", "--drift-at", "6", "--batch-size", "500"]),
 }
 

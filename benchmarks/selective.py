@@ -2,7 +2,17 @@
 
     .venv/bin/python benchmarks/selective.py [--seeds 3] [--digits-seeds 10] [--quick]
 
-Two datasets, each fitted on a calibration set and measured on a separate test set:
+First, the default options on the case they are held to (ALGORITHMS.md; tests/test_selective.py's
+``DEFAULTS_CASE``): inliers (80%) with true posterior sigmoid(0.5 v), outliers with sigmoid(-2 v), v
+the score's logit, ~ N(0, 2.5^2); 6 features (v / 2 and 5 coordinates in which the outliers sit 4
+standard deviations away); beta 0.7; 4000 rows to fit, 50,000 to test, per seed. Every mode is run,
+the default first, with recalibration alone (Platt on every row) beside it, and the same with a
+narrower score spread (v ~ N(0, 1)), and with that spread and an inlier share of 0.72 (where Platt on every row is
+nearly flat, so the selector trained against it learns little): the numbers the default mode was
+chosen by. Bounds (tests/test_selective.py): ECE on accepted rows < 0.03, mean |p - p_true| there
+below half recalibration alone's, coverage within 0.05 of beta.
+
+Then two datasets, each fitted on a calibration set and measured on a separate test set:
 
 * ``synthetic``: section 6's case (as in tests/test_selective.py): the classifier's logit z;
   inliers (80%) with true posterior sigmoid(0.5 z), outliers (20%) with the flipped
@@ -41,12 +51,16 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.calibration.selective import Baselines, SelectiveCalibrator  # noqa: E402
+from app.calibration.platt import PlattCalibrator  # noqa: E402
+from app.calibration.selective import MODES, Baselines, SelectiveCalibrator  # noqa: E402
 from app.metrics import brier, ece  # noqa: E402
-from tests.test_selective import section6  # noqa: E402  (the synthetic case the tests assert on)
+from tests.test_selective import DEFAULTS_BETA, DEFAULTS_CASE, section6  # noqa: E402  (the cases the tests assert on)
 
 BETAS = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
-METHODS = ("selective (sequential)", "selective (joint)", "recalibration alone", "confidence rejection", "isolation forest")
+METHODS = (
+    "selective (sequential)", "selective (refit)", "selective (joint)", "recalibration alone", "confidence rejection",
+    "isolation forest",
+)
 BASELINE_KEYS = {
     "recalibration alone": "recalibration_alone",
     "confidence rejection": "confidence_rejection",
@@ -107,7 +121,7 @@ def run(
         for name, accepted in baselines.accepted(beta, confidence, typicality).items():
             label = next(k for k, v in BASELINE_KEYS.items() if v == name)
             results.setdefault((label, beta), []).append(evaluate(probabilities, test_labels, accepted, outlier, truth))
-        for mode in ("sequential", "joint"):
+        for mode in MODES:
             started = time.perf_counter()
             calibrator = SelectiveCalibrator(input=input, beta=beta, mode=mode, seed=seeds_label, **(options or {}))
             calibrator.fit(scores, labels, features=features)
@@ -117,6 +131,49 @@ def run(
             results.setdefault((f"selective ({mode})", beta), []).append(
                 evaluate(p, test_labels, extras["accepted"], outlier, truth)
             )
+
+
+def defaults_case(seeds: int, options: dict) -> None:
+    """The default options (and each mode) on the case they are held to, and two variants."""
+    default_mode = SelectiveCalibrator().mode
+    modes = [default_mode] + [m for m in MODES if m != default_mode]
+    variants = [("as held to (v ~ N(0, 2.5^2), inlier share 0.8)", {}), ("v ~ N(0, 1)", {"spread": 1.0}),
+                ("v ~ N(0, 1), inlier share 0.72 (Platt on every row nearly flat)", {"spread": 1.0, "inlier_share": 0.72})]
+    for title, change in variants:
+        rows: dict[str, list] = {}
+        for seed in range(seeds):
+            rng = np.random.default_rng(seed)
+            scores, labels, features, _, _ = section6(4000, rng, **DEFAULTS_CASE, **change)
+            test_scores, test_labels, test_features, truth, inlier = section6(50_000, rng, **DEFAULTS_CASE, **change)
+            alone = PlattCalibrator().fit(scores, labels).predict(test_scores)
+            alone_distance = float(np.abs(alone - truth).mean())
+            rows.setdefault("recalibration alone", []).append((ece(alone, test_labels), alone_distance, alone_distance, 1.0, 0.0))
+            for mode in modes:
+                started = time.process_time()
+                calibrator = SelectiveCalibrator(beta=DEFAULTS_BETA, mode=mode, seed=seed, **options)
+                calibrator.fit(scores, labels, features=features)
+                cpu = time.process_time() - started
+                p, extras = calibrator.predict_details(test_scores, features=test_features)
+                a = extras["accepted"]
+                rows.setdefault(mode, []).append(
+                    (ece(p[a], test_labels[a]), float(np.abs(p[a] - truth[a]).mean()), alone_distance, float(a.mean()), cpu)
+                )
+        print(f"**{title}**, {seeds} seeds, beta {DEFAULTS_BETA}\n")
+        print("| fit | ECE on accepted (max) | mean abs(p - p_true) on accepted (max) | recalibration alone's (all rows) "
+              "| ratio (max) | coverage (min, max) | CPU s per fit | bounds |")
+        print("|---|---:|---:|---:|---:|---:|---:|---|")
+        for name, values in rows.items():
+            v = np.array(values)
+            ratio = v[:, 1] / v[:, 2]
+            ok = (v[:, 0] < 0.03).all() and (ratio < 0.5).all() and (np.abs(v[:, 3] - DEFAULTS_BETA) <= 0.05).all()
+            label = f"selective, {name}" + (" (default)" if name == default_mode else "") if name in MODES else name
+            bounds = "" if name not in MODES else ("met" if ok else "not met")
+            print(
+                f"| {label} | {v[:, 0].mean():.4f} ({v[:, 0].max():.4f}) | {v[:, 1].mean():.4f} ({v[:, 1].max():.4f}) | "
+                f"{v[:, 2].mean():.4f} | {ratio.mean():.3f} ({ratio.max():.3f}) | {v[:, 3].mean():.3f} ({v[:, 3].min():.3f}, "
+                f"{v[:, 3].max():.3f}) | {v[:, 4].mean():.2f} | {bounds} |"
+            )
+        print()
 
 
 def table(results: dict, metric: str, title: str) -> str:
@@ -135,12 +192,19 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3, help="synthetic seeds")
     parser.add_argument("--digits-seeds", type=int, default=10)
     parser.add_argument("--quick", action="store_true", help="1 seed each, small selector (a smoke test)")
+    parser.add_argument("--defaults-seeds", type=int, default=4, help="seeds of the default-options case")
+    parser.add_argument("--only-defaults", action="store_true", help="only the default-options case")
     args = parser.parse_args()
     options = {"hidden": [16], "epochs": 20} if args.quick else {}
     seeds = 1 if args.quick else args.seeds
     digits_seeds = 1 if args.quick else args.digits_seeds
 
     print(f"# Selective recalibration benchmark ({platform.processor() or platform.machine()}, numpy {np.__version__})\n")
+
+    print(f"## Default options (mode `{SelectiveCalibrator().mode}`) on the case they are held to\n")
+    defaults_case(1 if args.quick else args.defaults_seeds, options)
+    if args.only_defaults:
+        return
 
     results: dict = {}
     times: dict = {}

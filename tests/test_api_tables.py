@@ -60,7 +60,8 @@ def fit_arrow(client, params: dict, table: pa.Table) -> httpx.Response:
 def same_fit(a: dict, b: dict) -> None:
     assert a["holdout_sha256"] == b["holdout_sha256"]
     assert a["parameters"] == b["parameters"]
-    assert a["summary"] == b["summary"]
+    # Measured durations (``timings``) differ from one fit to the next; everything else is the same.
+    assert {k: v for k, v in a["summary"].items() if k != "timings"} == {k: v for k, v in b["summary"].items() if k != "timings"}
 
 
 def test_a_parquet_upload_fits_the_same_calibrator_as_json(client, name):

@@ -65,7 +65,8 @@ _LIST_FIELDS = {"version", "current", "method", "input", "n_classes", "n_samples
     summary="Fit a calibrator and store it as the next version of its name",
     description=(
         "Answers with the stored version and a brief summary (before and after headline metrics, the fit's "
-        "parameters); ask ?detail=full, or GET the version, for every metric and reliability bin."
+        "parameters, the timings of fit_seconds' parts); ask ?detail=full, or GET the version, for every metric and "
+        "reliability bin."
     ),
     openapi_extra=table_body(request_body(("application/json", FitRequest), ("multipart/form-data", FitUpload))),
     responses={201: {"model": VersionOut}, 202: {"model": JobOut}, 413: {}, 415: {}, 422: {}},
@@ -82,7 +83,7 @@ async def create_calibrator(
     promote: Annotated[str | None, Query(description="with an Arrow IPC stream body: true or false", max_length=10)] = None,
     detail: Annotated[
         Literal["brief", "full"],
-        Query(description="brief: the summary's before, after and fit only; full: every metric and reliability bin"),
+        Query(description="brief: the summary's before, after, fit and timings only; full: every metric and reliability bin"),
     ] = "brief",
 ) -> Response:
     kind = media_type(request.headers)

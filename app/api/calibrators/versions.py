@@ -17,7 +17,7 @@ from ..state import Services
 from .fit_pool import FitJob
 
 #: What a fit's answer keeps of the summary by default (the rest: GET .../versions/{v}, or ?detail=full).
-BRIEF_SUMMARY = ("before", "after", "fit")
+BRIEF_SUMMARY = ("before", "after", "fit", "timings")
 
 
 def version_out(info: VersionInfo, with_parameters: bool = False, brief: bool = False) -> dict[str, Any]:
