@@ -135,7 +135,7 @@ class AutoCalibrator(Calibrator):
 
     method = "auto"
     tasks = ("binary", "multiclass")
-    # Every candidate is cross-validated, and the summary cross-fits the whole choice.
+    # Every candidate is cross-validated on every fold.
     max_samples = 1_000_000
     fitted_attributes = ("chosen_", "cv_log_loss_", "skipped_", "calibrator_")
     #: Every method by name, set by the registry (which imports this module, not the reverse).
