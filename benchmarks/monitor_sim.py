@@ -22,6 +22,20 @@ For contrast, the naive monitor: the 15-bin ECE of each batch against a fixed
 threshold, the 95% quantile of a single batch's ECE under no drift (estimated
 on separate null batches), i.e. 5% false alarms at one look. Its false-alarm
 rate grows with the number of looks; the e-process's does not exceed alpha.
+
+Segments (``--segment-streams``, 1,000 by default): each batch's labels fall
+in ``--segments`` segments of one dimension, the first carrying
+``--segment-share`` of the traffic (200 of 2,000 labels) and the others equal
+parts of the rest (95 or 90 labels), a fixed split per batch. From batch
+``--change`` the first segment drifts by a logit shift of ``--segment-shift``
+(0.6); the others stay calibrated. Every segment has the service's per-segment
+drift test: tolerance ``--tolerance``, alpha split as the service splits it
+(``app.monitoring.segments.segment_alpha``: one dimension of max_values =
+``--segments``, so alpha / (segments + 1) per test). Reported: the drifted
+segment's power and delay, false alarms of the calibrated segments, and the
+global test (all labels, alpha) on the same streams; under no drift anywhere,
+the share of streams where any segment test alarms (the family-wise rate, at
+most alpha by the union bound). Run at the 5% base rate and at a 30% one.
 """
 
 from __future__ import annotations
@@ -43,6 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.metrics import ece  # noqa: E402
 from app.monitoring import ParallelDriftTests  # noqa: E402
+from app.monitoring.segments import segment_alpha  # noqa: E402
 
 N_BINS = 15
 LOOKS = (1, 2, 4, 8, 16, 24)
@@ -138,6 +153,87 @@ def naive_threshold(args, mu: float) -> float:
     return float(np.quantile(np.concatenate(values), 1.0 - args.alpha))
 
 
+def segment_sizes(labels: int, n_segments: int, share: float) -> list[int]:
+    """Labels per segment in a batch: the first carries ``share``, the others split the rest as evenly as integers allow."""
+    first = int(round(share * labels))
+    rest = labels - first
+    base, extra = divmod(rest, n_segments - 1)
+    return [first] + [base + (1 if j < extra else 0) for j in range(n_segments - 1)][::-1]
+
+
+def run_segment_chunk(seed: np.random.SeedSequence, n_streams: int, args, mu: float, shift: float):
+    """One chunk of streams: the alarm batch of every segment test (segments, streams) and of the global test."""
+    rng = np.random.default_rng(seed)
+    sizes = segment_sizes(args.labels, args.segments, args.segment_share)
+    edges = np.cumsum([0] + sizes)
+    share = segment_alpha(args.alpha, 1, args.segments)
+    tests = [ParallelDriftTests(n_streams, alpha=share, tolerance=args.tolerance) for _ in sizes]
+    overall = ParallelDriftTests(n_streams, alpha=args.alpha, tolerance=args.tolerance)
+    for batch in range(args.batches):
+        z = rng.normal(mu, 1.0, (n_streams, args.labels))
+        eta = z.copy()
+        if shift and batch >= args.change:
+            eta[:, : sizes[0]] += shift  # the first segment's labels
+        y = (rng.random(z.shape) < expit(eta)).astype(np.float64)
+        p = expit(z)
+        for j, test in enumerate(tests):
+            test.update(p[:, edges[j] : edges[j + 1]], y[:, edges[j] : edges[j + 1]])
+        overall.update(p, y)
+    return np.stack([t._state.alarm_batch for t in tests]), overall._state.alarm_batch.copy()
+
+
+def segment_simulation(args) -> tuple[list[str], list[dict]]:
+    """Rows of the segment table, and their records."""
+    rows, records = [], []
+    for base_rate in (args.base_rate, 0.3):
+        mu = mean_logit_for_rate(base_rate)
+        for shift in (args.segment_shift, 0.0):
+            start = time.perf_counter()
+            sizes = [min(args.chunk, args.segment_streams - s) for s in range(0, args.segment_streams, args.chunk)]
+            seeds = np.random.SeedSequence([args.seed, 20_000, int(base_rate * 1000), int(shift * 1000)]).spawn(len(sizes))
+            with ThreadPoolExecutor(max_workers=args.workers) as pool:
+                parts = list(pool.map(lambda job: run_segment_chunk(job[0], job[1], args, mu, shift), zip(seeds, sizes)))
+            segment_alarms = np.concatenate([part[0] for part in parts], axis=1)  # (segments, streams)
+            global_alarms = np.concatenate([part[1] for part in parts])
+            seconds = time.perf_counter() - start
+            drifted = segment_alarms[0]
+            calm = segment_alarms[1:] if shift else segment_alarms
+            any_calm = (calm > 0).any(axis=0).mean()
+            if shift:
+                seg = summarise(drifted, args.change, False)
+                glob = summarise(global_alarms, args.change, False)
+            else:
+                seg = glob = None
+            record = {
+                "monitor": "segments", "base_rate": base_rate, "shift": shift, "streams": args.segment_streams,
+                "segments": args.segments, "alpha_per_segment": segment_alpha(args.alpha, 1, args.segments),
+                "segment": seg, "global": glob if shift else summarise(global_alarms, None, True),
+                "any_calibrated_segment_alarm": float(any_calm), "seconds": seconds,
+            }
+            records.append(record)
+            print(f"# segments, base rate {base_rate:.0%}, shift {shift:g}: {seconds:.1f} s", file=sys.stderr, flush=True)
+            if shift:
+                rows.append(
+                    f"| {base_rate:.0%} | +{shift:g} in one segment (10%) | {fmt(seg['detected'])} | "
+                    f"{fmt(seg['median'], 'n')} | {fmt(seg['p90'], 'n')} | {fmt(seg['before'])} | {fmt(any_calm)} | "
+                    f"{fmt(glob['detected'])} | {fmt(glob['median'], 'n')} |"
+                )
+            else:
+                rows.append(
+                    f"| {base_rate:.0%} | none | — | — | — | — | {fmt(any_calm)} | "
+                    f"{fmt(record['global']['ever'])} (false) | — |"
+                )
+    return rows, records
+
+
+def expected_kl(mu: float, shift: float, tolerance: float) -> float:
+    """E_z KL(Bernoulli(sigmoid(z + shift)) || Bernoulli(sigmoid(z + tolerance))), z ~ Normal(mu, 1): nats per label."""
+    nodes, weights = np.polynomial.hermite_e.hermegauss(80)
+    weights = weights / weights.sum()
+    q, r = expit(mu + nodes + shift), expit(mu + nodes + tolerance)
+    return float(weights @ (q * np.log(q / r) + (1 - q) * np.log((1 - q) / (1 - r))))
+
+
 def summarise(alarm_batch: np.ndarray, change: int | None, in_null: bool) -> dict:
     alarmed = alarm_batch > 0
     out = {"ever": float(alarmed.mean())}
@@ -178,7 +274,11 @@ def main(argv=None) -> int:
                         help="streams per work unit, each with its own random stream (keep it fixed to reproduce)")
     parser.add_argument("--workers", type=int, default=1, help="threads (numpy releases the GIL)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--only", default=None, help="run only scenarios whose name contains this")
+    parser.add_argument("--only", default=None, help="run only scenarios whose name contains this ('segments': those)")
+    parser.add_argument("--segment-streams", type=int, default=1000, help="streams of the segment simulation (0: skip)")
+    parser.add_argument("--segments", type=int, default=20)
+    parser.add_argument("--segment-share", type=float, default=0.1, help="traffic of the drifted segment")
+    parser.add_argument("--segment-shift", type=float, default=0.6, help="logit shift of the drifted segment")
     parser.add_argument("--json", type=Path, default=None, help="also write the numbers here")
     args = parser.parse_args(argv)
 
@@ -190,6 +290,7 @@ def main(argv=None) -> int:
     all_scenarios = scenarios(mu, args.base_rate, args.change, args.tolerance)
     for index, scenario in enumerate(all_scenarios):
         if args.only and args.only not in scenario.name:
+            scenario.alarm_batches = {}
             continue
         run_scenario(scenario, index, args, mu)
         print(f"# {scenario.name}: {scenario.seconds:.1f} s", file=sys.stderr, flush=True)
@@ -221,6 +322,10 @@ def main(argv=None) -> int:
                     for tol in tolerances
                 ],
             ]
+    segment_rows, segment_records = [], []
+    if args.segment_streams and (not args.only or args.only == "segments"):
+        segment_rows, segment_records = segment_simulation(args)
+        records += segment_records
     elapsed = time.perf_counter() - total
 
     print(f"\n## Drift test (alpha = {args.alpha:g}): {args.streams} streams x {args.batches} batches x "
@@ -240,6 +345,27 @@ def main(argv=None) -> int:
     print("| scenario | ever alarmed | alarmed before the change | detected after it | median delay |")
     print("|---|---|---|---|---|")
     print("\n".join(naive_rows))
+    if segment_rows:
+        sizes = segment_sizes(args.labels, args.segments, args.segment_share)
+        print(f"\n## Per-segment drift tests: {args.segment_streams} streams x {args.batches} batches x {args.labels} labels, "
+              f"{args.segments} segments ({sizes[0]} labels of a batch in the drifted one, {min(sizes[1:])}-{max(sizes[1:])} in each "
+              f"other), drift from batch {args.change + 1}, tolerance {args.tolerance:g}\n")
+        print(f"Each segment test has alpha / (max_values + 1) = {args.alpha:g} / {args.segments + 1} = "
+              f"{segment_alpha(args.alpha, 1, args.segments):.5f} (one dimension, max_values = {args.segments}); the global "
+              f"test has alpha = {args.alpha:g} on all labels. Targets: the drifted segment's alarm detects >= 95% of "
+              f"streams with a median delay <= 3 batches; with no drift, at most alpha of streams raise any segment alarm.\n")
+        print("| base rate | drift | segment alarm: detected | median delay | 90% delay | alarmed before the change "
+              "| any calibrated segment alarmed | global alarm: detected | global median delay |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        print("\n".join(segment_rows))
+        share = segment_alpha(args.alpha, 1, args.segments)
+        for base_rate in (args.base_rate, 0.3):
+            per_batch = sizes[0] * expected_kl(mean_logit_for_rate(base_rate), args.segment_shift, args.tolerance)
+            print(f"\nBase rate {base_rate:.0%}: a drifted batch of the segment carries {per_batch:.2f} nats of evidence "
+                  f"beyond the tolerance (expected KL of the shifted labels from the nearest null), so even an oracle "
+                  f"test told the shift and its start needs log(1/{share:.5f}) / {per_batch:.2f} = "
+                  f"{np.log(1 / share) / per_batch:.1f} batches on average.", end="")
+        print()
     per = ", ".join(f"{s.name}: {s.seconds:.0f} s" for s in all_scenarios if s.seconds)
     print(f"\nRuntime {elapsed:.0f} s in all, {args.workers} worker thread(s) ({per}).")
     if args.json:

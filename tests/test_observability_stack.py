@@ -39,7 +39,7 @@ ALERTMANAGER_ENTRYPOINT = DOCKER / "alertmanager-entrypoint.sh"
 GRAFANA = DOCKER / "grafana"
 DASHBOARD = GRAFANA / "dashboards" / "calibd.json"
 
-ALERTS = {"CalibrationDriftAlarm", "CalibrationErrorHigh", "FeedbackStalled"}
+ALERTS = {"CalibrationDriftAlarm", "CalibrationDriftAlarmSegment", "CalibrationErrorHigh", "FeedbackStalled"}
 #: A metric name in PromQL: an identifier that starts with calibd_.
 METRIC_NAME = re.compile(r"(?<![A-Za-z0-9_:])calibd_[A-Za-z0-9_:]*")
 #: A PromQL string literal (label values), left out before looking for metric names.
@@ -349,6 +349,11 @@ def test_the_dashboard_shows_calibration_per_calibrator_and_window_feedback_alar
     latency = by_metric["calibd_request_duration_seconds_bucket"]
     assert any(e.startswith("histogram_quantile(") and "by (route, le)" in e for e in latency)
     assert "calibd_request_duration_seconds_count" in by_metric
+    # The segment row: per-segment ECE over time and the segments in alarm, by the dimension variable.
+    assert any('dimension=~"$dimension"' in e and 'window=~"$window"' in e for e in by_metric["calibd_segment_ece"])
+    assert any(e.endswith("== 1") and 'dimension=~"$dimension"' in e for e in by_metric["calibd_segment_drift_alarm"])
+    dimension = {v["name"]: v for v in board["templating"]["list"]}["dimension"]
+    assert dimension["multi"] and "calibd_segment_samples" in dimension["query"]["query"]
 
 
 # ---------------------------------------------------------------- metric names
@@ -388,10 +393,12 @@ def test_every_metric_name_in_the_dashboard_and_the_alert_rules_is_one_calibd_ex
     rng = np.random.default_rng(7)
     scores = rng.uniform(0.01, 0.99, 300)
     labels = (rng.uniform(size=300) < scores).astype(int)
-    body = {"name": name, "method": "platt", "holdout": {"scores": scores.tolist(), "labels": labels.tolist()}}
+    body = {"name": name, "method": "platt", "holdout": {"scores": scores.tolist(), "labels": labels.tolist()},
+            "segments": {"dimensions": ["country"]}}
     assert client.post("/calibrators", json=body).status_code == 201
     assert client.post("/calibrate", json={"calibrator": name, "scores": [0.2, 0.7], "ids": ["a", "b"]}).status_code == 200
-    feedback = {"calibrator": name, "probabilities": [0.2, 0.7, 0.9], "labels": [0, 1, 1]}
+    feedback = {"calibrator": name, "probabilities": [0.2, 0.7, 0.9], "labels": [0, 1, 1],
+                "segments": {"country": ["br", "us", "br"]}}
     assert client.post("/feedback", json=feedback).status_code == 202
     response = client.get("/metrics")
     assert response.status_code == 200

@@ -7,7 +7,9 @@ docker/alerts.yml. The test sends drifting feedback until calibd's drift test al
 Prometheus's HTTP API until `calibd_monitor_drift_alarm` is 1 and `calibd_monitor_ece` has a
 sample for the calibrator, and until the CalibrationDriftAlarm alert fires. Every query of the
 Grafana dashboard is then run against this Prometheus: each must be valid PromQL, and the main
-panels must have data.
+panels must have data. A second test drifts one segment of a calibrator's declared dimension
+and checks that only that segment's alarm is 1 in Prometheus, and that only its
+CalibrationDriftAlarmSegment alert fires.
 
 Without prometheus installed the test skips, unless CI is set: then it fails.
 """
@@ -146,7 +148,8 @@ def dashboard_queries() -> list[str]:
 
 def grafana_to_promql(expr: str, calibrator: str) -> str:
     """What Grafana sends for the dashboard's variables, with one calibrator and every window selected."""
-    replacements = {"$__rate_interval": "30s", "$__interval": "1s", "$__range": "1m", "$calibrator": calibrator, "$window": ".*"}
+    replacements = {"$__rate_interval": "30s", "$__interval": "1s", "$__range": "1m", "$calibrator": calibrator, "$window": ".*",
+                    "$dimension": ".*"}
     for variable, value in replacements.items():
         expr = expr.replace(variable, value).replace("${" + variable[1:] + "}", value)
     assert "$" not in expr, f"a dashboard variable left in {expr}"
@@ -215,3 +218,67 @@ def test_prometheus_sees_the_drift_alarm_and_fires_the_alert(own_database_url, t
             ):
                 assert any(results[e] for e in results if metric + "{" in e or metric + "[" in e), f"no panel data for {metric}"
     assert time.monotonic() - started < 90
+
+
+def test_prometheus_sees_the_alarm_of_the_one_drifting_segment_and_no_other(own_database_url, tmp_path, name):
+    binary = prometheus_binary()
+    countries = ("br", "us", "fr", "de")
+    with LiveServer(Settings(database_url=own_database_url)) as calibd, httpx.Client(base_url=calibd.url, timeout=60) as client:
+        with Prometheus(binary, tmp_path, f"127.0.0.1:{calibd.port}") as prometheus:
+            rng = np.random.default_rng(5)
+            scores = rng.uniform(0.01, 0.99, 500)
+            labels = (rng.uniform(size=500) < scores).astype(int)
+            body = {"name": name, "method": "platt", "holdout": {"scores": scores.tolist(), "labels": labels.tolist()},
+                    "segments": {"dimensions": ["country"], "max_values": 4}}
+            assert client.post("/calibrators", json=body).status_code == 201
+
+            # Calibrated feedback everywhere but in br, whose true logit is the prediction's plus 1.5.
+            for batch in range(20):
+                p = rng.uniform(0.05, 0.95, 2000)
+                country = rng.choice(countries, size=p.shape[0])
+                z = np.log(p / (1 - p)) + np.where(country == "br", 1.5, 0.0)
+                y = (rng.uniform(size=p.shape[0]) < 1 / (1 + np.exp(-z))).astype(int)
+                response = client.post("/feedback", json={
+                    "calibrator": name, "probabilities": p.tolist(), "labels": y.tolist(),
+                    "segments": {"country": country.tolist()},
+                })
+                assert response.status_code == 202, response.text
+                monitor = client.get(f"/calibrators/{name}/monitor").json()
+                if {s["segment"]: s["drift"]["alarm"] for s in monitor["segments"]}.get("br"):
+                    break
+            else:
+                pytest.fail("the br segment's drift test did not alarm on 20 batches of drifting feedback")
+            assert not any(s["drift"]["alarm"] for s in monitor["segments"] if s["segment"] != "br")
+
+            selector = f'calibrator="{name}"'
+
+            def alarms() -> dict[str, str]:
+                found = prometheus.query(f"calibd_segment_drift_alarm{{{selector}}}")
+                return {r["metric"]["segment"]: r["value"][1] for r in found}
+
+            seen = prometheus.wait_for(
+                "every segment's alarm in Prometheus, br's at 1",
+                lambda: (lambda a: a if set(a) == set(countries) and a["br"] == "1" else None)(alarms()),
+            )
+            assert seen == {"br": "1", "us": "0", "fr": "0", "de": "0"}
+            ece = prometheus.wait_for(
+                "calibd_segment_ece samples", lambda: prometheus.query(f'calibd_segment_ece{{{selector}, window="1h"}}')
+            )
+            by_segment = {r["metric"]["segment"]: float(r["value"][1]) for r in ece}
+            assert by_segment["br"] > max(by_segment[c] for c in countries if c != "br")
+
+            def firing() -> list[dict]:
+                alerts = httpx.get(f"{prometheus.url}/api/v1/alerts", timeout=10).json()["data"]["alerts"]
+                return [
+                    a for a in alerts
+                    if a["labels"]["alertname"] == "CalibrationDriftAlarmSegment" and a["labels"].get("calibrator") == name
+                    and a["state"] == "firing"
+                ]
+
+            alerts = prometheus.wait_for("the CalibrationDriftAlarmSegment alert to fire", firing)
+            assert [(a["labels"]["dimension"], a["labels"]["segment"]) for a in alerts] == [("country", "br")]
+
+            # The dashboard's segment panels have data.
+            for expr in dashboard_queries():
+                if "calibd_segment_" in expr:
+                    assert prometheus.query(grafana_to_promql(expr, name)), expr
