@@ -464,6 +464,10 @@ def _indexed(header: list[str], prefix: str) -> list[str]:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
+    if args.input is not None:
+        return _calibrate_parquet(args)
+    if args.name is None or args.file is None:
+        raise InputFileError("give a calibrator's name and a CSV file, or --input scores.parquet --output calibrated.parquet")
     header, rows = _read_csv(args.file)
     if "score" in header:
         columns = ["score"]
@@ -484,27 +488,44 @@ def _calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _calibrate_parquet(args: argparse.Namespace) -> int:
+    """Parquet in, Parquet out, calibrated here with app.batch (the Spark module's code):
+    from an export file, or from the named calibrator's export fetched from calibd."""
+    import json
+
+    from .batch import calibrate_parquet
+
+    if args.output is None or not args.input.endswith(".parquet") or not args.output.endswith(".parquet"):
+        raise InputFileError("--input and --output are both .parquet files")
+    if args.export is not None:
+        try:
+            with open(args.export, encoding="utf-8") as stream:
+                exported = json.load(stream)
+        except (OSError, ValueError) as error:
+            raise InputFileError(f"{args.export}: {error}") from None
+    elif args.name is not None:
+        with _client(args) as client:
+            exported = client.export(args.name, version=args.version)
+    else:
+        raise InputFileError("name the calibrator, or give --export FILE (written by calibd export)")
+    try:
+        rows = calibrate_parquet(args.input, args.output, exported)
+    except (OSError, ValueError, KeyError) as error:  # a missing file or column, a bad score
+        raise InputFileError(f"{args.input}: {error}") from None
+    source = args.export or f"{exported.get('name')} version {exported.get('version')}"
+    print(f"calibrated {rows} rows with {source}, written to {args.output}", file=sys.stderr)
+    return 0
+
+
 def _write_calibration(result, kept: list[tuple[str, list[str]]], output: str | None) -> None:
     import csv
 
     import numpy as np
 
-    probabilities = result.probabilities
-    names, columns = [], []
-    if probabilities.ndim == 1:
-        names.append("probability")
-        columns.append(probabilities)
-    else:
-        names += [f"p_{k}" for k in range(probabilities.shape[1])]
-        columns += list(probabilities.T)
-    for key, value in result.extras.items():
-        value = np.asarray(value)
-        if value.ndim == 1 and value.shape[0] == len(probabilities):
-            names.append(key)
-            columns.append(value)
-        elif value.ndim == 2 and value.shape[0] == len(probabilities):
-            names += [f"{key}_{j}" for j in range(value.shape[1])]
-            columns += list(value.T)
+    from .batch import output_columns
+
+    calibrated = output_columns(result.probabilities, result.extras)
+    names, columns = list(calibrated), list(calibrated.values())
     kept = [(name, values) for name, values in kept if name not in names]
     names = [name for name, _ in kept] + names
     columns = [np.asarray(values, dtype=object) for _, values in kept] + columns
@@ -743,10 +764,15 @@ def add_client_commands(commands) -> None:
                         "Reads a CSV with a score column (or score_0..score_{K-1}); an id column logs the predictions "
                         "for feedback by id. Writes the other columns as they were (id, label...), then probability "
                         "(or p_0..p_{K-1}) and any extras the method returns.")
-    calibrate.add_argument("name", help="the calibrator's name")
-    calibrate.add_argument("file", help="CSV of scores ('-' reads stdin)")
+    calibrate.add_argument("name", nargs="?", help="the calibrator's name")
+    calibrate.add_argument("file", nargs="?", help="CSV of scores ('-' reads stdin)")
     calibrate.add_argument("--version", type=int, help="a version (default: the current one)")
-    calibrate.add_argument("--output", "-o", help="write the CSV here instead of stdout")
+    calibrate.add_argument("--output", "-o", help="write the CSV (or with --input, the Parquet file) here instead of stdout")
+    calibrate.add_argument("--input", metavar="SCORES.parquet",
+                           help="calibrate a Parquet file here, without sending it (app.batch, as in Spark): "
+                                "columns score or score_0..score_{K-1}, and the method's extra arrays")
+    calibrate.add_argument("--export", metavar="FILE",
+                           help="with --input: the calibrator from this file (written by calibd export), not from calibd")
     calibrate.add_argument("--costs", help='add a decisions column of least expected cost: '
                            '\'{"false_positive": 1, "false_negative": 5}\' (binary) or a K x K matrix as JSON')
 

@@ -315,7 +315,9 @@ def normal_expectation(
     block = max(1, (1 << 18) // shifts.shape[0])
     for start in range(0, mean.shape[0], block):
         stop = start + block
-        out[start:stop] = function(mean[start:stop, None] + shifts[None, :]) @ weights
+        # Summed along each row by numpy, not BLAS's matrix-vector product, whose order of
+        # addition depends on a row's place in the block: a row's answer is the same in any batch.
+        out[start:stop] = (function(mean[start:stop, None] + shifts[None, :]) * weights).sum(axis=1)
     return out
 
 
