@@ -770,9 +770,11 @@ def add_client_commands(commands) -> None:
     calibrate.add_argument("--output", "-o", help="write the CSV (or with --input, the Parquet file) here instead of stdout")
     calibrate.add_argument("--input", metavar="SCORES.parquet",
                            help="calibrate a Parquet file here, without sending it (app.batch, as in Spark): "
-                                "columns score or score_0..score_{K-1}, and the method's extra arrays")
+                                "columns score or score_0..score_{K-1}, and the method's extra arrays (default: none; "
+                                "NAME FILE sends a CSV to calibd)")
     calibrate.add_argument("--export", metavar="FILE",
-                           help="with --input: the calibrator from this file (written by calibd export), not from calibd")
+                           help="with --input: the calibrator from this file, written by calibd export "
+                                "(default: NAME's export, fetched from calibd)")
     calibrate.add_argument("--costs", help='add a decisions column of least expected cost: '
                            '\'{"false_positive": 1, "false_negative": 5}\' (binary) or a K x K matrix as JSON')
 
