@@ -136,7 +136,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 task.cancel()
             if grpc_server is not None:
                 await grpc_server.stop(grace=5)
-            await predictor_client.aclose()
+            await predictor_client.close()
             await calibrators.jobs.interrupt_all(app.state.services)
             await run_in_threadpool(prediction_log.write, prediction_log.take())
             app.state.services.fit_pool.close()
