@@ -173,3 +173,46 @@ def test_subnormal_knot_spacing_stays_finite():
     p = model.predict([0.0, 5e-324, 1e-311, 2.0e-311, 0.5])
     assert np.all(np.isfinite(p)) and np.all(np.diff(p) >= 0)
     np.testing.assert_allclose(p, [1 / 7, 1 / 7, 1 / 7 + 0.5 * 6 / 7, 1.0, 1.0], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("input", ["probability", "logit"])
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("weights", ["unit", "varied", "some zero"])
+def test_cross_val_predictions_are_a_refit_per_fold(input, ties, weights):
+    """The one-sort cross-fit gives the very floats of a fresh calibrator fitted on each fold's training rows."""
+    from app.calibration.crossfit import stratified_folds
+
+    rng = np.random.default_rng(7)
+    scores, labels, _ = make_data(rng, 3000, input, ties)
+    scores[:40] = -0.0 if input == "probability" else scores[:40]
+    w = {"unit": np.ones(3000), "varied": rng.uniform(0.1, 3.0, 3000),
+         "some zero": rng.choice([0.0, 0.5, 1.0, 2.5], 3000)}[weights]
+    folds = stratified_folds(labels, 5, 0)
+    calibrator = IsotonicCalibrator(input=input)
+    fast = calibrator.cross_val_predictions(scores, labels, w, folds, 5)
+    for fold in range(5):
+        test = folds == fold
+        refit = IsotonicCalibrator(input=input)
+        refit._fit(scores[~test], labels[~test], w[~test])
+        assert np.array_equal(fast[test], refit._predict(scores[test]))
+
+
+def test_large_holdout_summary_evaluates_a_subsample_and_says_so():
+    """Over SUMMARY_EVALUATE_ROWS rows the full evaluation is of a seeded subsample; the headline metrics of every row."""
+    from app.calibration import fitting
+    from app.metrics import ece
+
+    rng = np.random.default_rng(3)
+    n = fitting.SUMMARY_EVALUATE_ROWS + 5000
+    scores = rng.uniform(size=n)
+    labels = (rng.uniform(size=n) < scores**2).astype(int)
+    result = fitting.fit_calibrator("isotonic", "probability", None, scores, labels)
+    holdout = result.summary["holdout"]
+    assert holdout["rows_used"] == fitting.SUMMARY_EVALUATE_ROWS
+    assert holdout["subsample"]["rows"] == n
+    assert sum(b["count"] for b in holdout["before"]["reliability"]["bins"]) == fitting.SUMMARY_EVALUATE_ROWS
+    assert result.summary["before"]["ece"] == pytest.approx(ece(scores, labels), abs=1e-12)
+    again = fitting.fit_calibrator("isotonic", "probability", None, scores, labels)
+    assert again.summary["holdout"] == holdout  # the same rows every time
+    small = fitting.fit_calibrator("isotonic", "probability", None, scores[:2000], labels[:2000]).summary["holdout"]
+    assert small["rows_used"] == 2000 and small["subsample"] is None

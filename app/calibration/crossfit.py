@@ -97,6 +97,13 @@ def cross_val_predict_details(
         if on_fold is not None:
             on_fold(n_splits, n_splits)
         return cached.predictions, cached.details
+    # A method that can cross-fit without refitting from scratch (isotonic: one sort for every fold).
+    shortcut = getattr(calibrator, "cross_val_predictions", None)
+    if shortcut is not None and not arrays:
+        out = shortcut(scores, labels, weights, folds, n_splits)
+        if on_fold is not None:
+            on_fold(n_splits, n_splits)
+        return out, {}
     out = None
     extras: dict[str, np.ndarray] = {}
     for fold in range(n_splits):

@@ -58,14 +58,34 @@ def pool_ties(
         pooled = _pool_unit_weights(scores, labels)
         if pooled is not None:
             return pooled
-    order = np.argsort(scores)
-    sorted_scores, w = scores[order], weights[order]
-    y = labels[order].astype(np.float64)
+    # Stable, so that tied rows are summed in row order: a subset of rows sorted once
+    # (``IsotonicCalibrator.cross_val_predictions``) pools to the very same floats.
+    order = np.argsort(scores, kind="stable")
+    return _pool_sorted(scores[order], labels[order], weights[order])
+
+
+def _pool_sorted(
+    sorted_scores: np.ndarray, labels: np.ndarray, w: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``pool_ties`` of rows already in ascending score order, weights all > 0."""
+    y = labels.astype(np.float64)
     starts = np.flatnonzero(np.concatenate(([True], sorted_scores[1:] != sorted_scores[:-1])))
     total = np.add.reduceat(w, starts)
     positive = np.add.reduceat(w * y, starts)
     negative = np.add.reduceat(w * (1.0 - y), starts)
     return sorted_scores[starts], total, positive, negative
+
+
+def _thresholds(x: np.ndarray, total: np.ndarray, positive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """PAV on pooled ties, trimmed to the block boundary points: (x_thresholds, y_thresholds)."""
+    # PAV in compiled code (SciPy >= 1.12); it merges adjacent equal blocks too.
+    fitted = isotonic_regression(positive / total, weights=total).x
+    # Keep the first and last point of every run of equal values: interior
+    # points of a flat run add nothing to a linear interpolation.
+    keep = np.ones(fitted.shape[0], dtype=bool)
+    keep[1:-1] = (fitted[1:-1] != fitted[:-2]) | (fitted[1:-1] != fitted[2:])
+    # Block means of 0/1 labels lie in [0, 1]; the clip only undoes rounding.
+    return x[keep], np.clip(fitted[keep], 0.0, 1.0)
 
 
 def _pool_unit_weights(
@@ -264,16 +284,47 @@ class IsotonicCalibrator(Calibrator):
 
     def _fit(self, scores: np.ndarray, labels: np.ndarray, weights: np.ndarray) -> None:
         x, total, positive, _ = pool_ties(scores, labels, weights)
-        # PAV in compiled code (SciPy >= 1.12); it merges adjacent equal blocks too.
-        fitted = isotonic_regression(positive / total, weights=total).x
-        # Keep the first and last point of every run of equal values: interior
-        # points of a flat run add nothing to a linear interpolation.
-        keep = np.ones(fitted.shape[0], dtype=bool)
-        keep[1:-1] = (fitted[1:-1] != fitted[:-2]) | (fitted[1:-1] != fitted[2:])
-        self.x_thresholds_ = x[keep]
-        # Block means of 0/1 labels lie in [0, 1]; kept off its ends (interpolation between
-        # the thresholds stays within them).
-        self.y_thresholds_ = keep_off_edges(np.clip(fitted[keep], 0.0, 1.0), self.min_probability, np.count_nonzero(weights > 0))
+        self.x_thresholds_, y = _thresholds(x, total, positive)
+        # Kept off 0 and 1 (interpolation between the thresholds stays within them).
+        self.y_thresholds_ = keep_off_edges(y, self.min_probability, np.count_nonzero(weights > 0))
+
+    def cross_val_predictions(
+        self, scores: np.ndarray, labels: np.ndarray, weights: np.ndarray, folds: np.ndarray, n_splits: int
+    ) -> np.ndarray:
+        """Out-of-fold predictions (``crossfit``), the floats a clone refitted per fold gives, with one sort.
+
+        The rows are sorted once (stably, -0.0 read as 0.0); a fold's training rows,
+        picked from them by a mask, are still in order, so each fold only pools its
+        ties (``_pool_sorted``, the same sums in the same order as ``pool_ties``) and
+        runs PAV. At 5 million rows this is several times cheaper than five sorts.
+        """
+        order = np.argsort(scores, kind="stable")
+        sorted_scores = scores[order] + 0.0
+        sorted_weights = weights[order]
+        sorted_positive = sorted_weights * labels[order]  # w * y, as _pool_sorted computes it
+        sorted_folds = folds.astype(np.min_scalar_type(n_splits))[order]
+        live = None if weights.all() else sorted_weights > 0  # zero-weight rows are predicted, never fitted
+        # Distinct scores (the usual case at scale): every row is its own tie group, nothing to sum.
+        distinct = bool((sorted_scores[1:] != sorted_scores[:-1]).all())
+        out = np.empty(scores.shape[0], dtype=np.float64)
+        for fold in range(n_splits):
+            test = folds == fold
+            if not test.any():
+                continue
+            train = sorted_folds != fold
+            if live is not None:
+                train &= live
+            if not train.any():
+                raise CalibrationInputError("sample_weight", "weights must not all be zero")
+            x, total, positive = sorted_scores[train], sorted_weights[train], sorted_positive[train]
+            if not distinct:
+                starts = np.flatnonzero(np.concatenate(([True], x[1:] != x[:-1])))
+                x, total, positive = x[starts], np.add.reduceat(total, starts), np.add.reduceat(positive, starts)
+            model = type(self)(**self.get_params())
+            model.x_thresholds_, y = _thresholds(x, total, positive)
+            model.y_thresholds_ = keep_off_edges(y, self.min_probability, np.count_nonzero(train))
+            out[test] = model._predict(scores[test])
+        return out
 
     def predict_details(self, scores, **arrays):
         # The hot path: a short valid list goes to numpy's interp as it is (one numpy
