@@ -112,6 +112,9 @@ def _pool_unit_weights(
     starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
     distinct = keys[starts]
     distinct = np.where(distinct < 0, distinct ^ np.int64(0x7FFFFFFFFFFFFFFF), distinct).view(np.float64)
+    if starts.shape[0] == keys.shape[0]:  # no ties (the usual case at scale): nothing to sum
+        positive = positive_bits.astype(np.float64)
+        return distinct, np.ones(keys.shape[0]), positive, 1.0 - positive
     total = np.diff(np.append(starts, keys.shape[0])).astype(np.float64)
     positive = np.add.reduceat(positive_bits, starts, dtype=np.float64)
     return distinct, total, positive, total - positive
