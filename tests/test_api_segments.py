@@ -162,6 +162,15 @@ def test_drift_in_one_segment_raises_that_segment_alarm_only(client, name):
     for other in ("us", "fr", "de"):
         assert found[("country", other)]["drift"]["alarm"] is False
     assert found[("country", "br")]["drift"]["threshold"] == pytest.approx(np.log(5 / 0.05))
+    # The report lists the segments the worst calibrated first, with their alarms.
+    report = client.get(f"/calibrators/{name}/report").json()
+    assert report["feedback"]["segments"][0]["segment"] == "br"
+    page = client.get(f"/calibrators/{name}/report", params={"format": "html"}).text
+    table = page[page.index('<table id="segments">'):]
+    table = table[: table.index("</table>")]
+    rows = table.split("<tr>")[2:]
+    assert len(rows) == 4 and "<td>br</td>" in rows[0] and "alarm since batch" in rows[0]
+    assert all("no alarm" in row for row in rows[1:])
     metrics = client.get("/metrics").text
     assert f'calibd_segment_drift_alarm{{calibrator="{name}",dimension="country",segment="br",version="1"}} 1.0' in metrics
     assert f'calibd_segment_drift_alarm{{calibrator="{name}",dimension="country",segment="us",version="1"}} 0.0' in metrics

@@ -16,6 +16,7 @@ from starlette.responses import Response
 from ...monitoring.windows import WINDOWS, window_metrics
 from ...reporting import render_diagram, render_page
 from ...storage import feedback as feedback_store
+from ...storage import segments as segment_store
 from ...storage import recalibration as recalibration_store
 from ...storage import repository
 from ..auth import REQUIRE_READ
@@ -59,6 +60,7 @@ def build_report(app: Services, name: str, version: int | None, hours: int) -> d
             "windows": {w: window_metrics(sums[w], binary) for w in WINDOWS},
             "history": history,
             "drift": drift | {"threshold": math.log(1.0 / app.settings.monitor_alpha)},
+            "segments": segment_store.monitors(app.sessions, info.calibrator_id, info.version, binary),
         },
         "versions": [
             {
