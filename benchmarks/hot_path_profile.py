@@ -42,7 +42,7 @@ PARTS = [
     ("access log (record, format, write)", r"app/api/logs\.py|logging/__init__\.py|access_line"),
     ("duration histogram, counters", r"app/api/observability\.py|prometheus_client/"),
     ("FastAPI / Starlette: middleware, routing, dependencies, Request/Response", r"fastapi/|starlette/"),
-    ("endpoint and calibd's ASGI layer (envelope, answer encoding)", r"app/api/|^echo \(echo_app"),
+    ("endpoint and calibd's ASGI layer (envelope, answer encoding)", r"app/api/|^(?!<module> |main )\S+ \(\S*echo_app\.py"),
     ("uvicorn HTTP (httptools parse, send)", r"uvicorn/protocols/|uvicorn/middleware/"),
 ]
 OTHER = "event loop, sockets, other (uvloop: Runner.run's own time)"
