@@ -296,12 +296,13 @@ class IsotonicCalibrator(Calibrator):
     ) -> np.ndarray:
         """Out-of-fold predictions (``crossfit``), the floats a clone refitted per fold gives, with one sort.
 
-        The rows are sorted once (stably, -0.0 read as 0.0); a fold's training rows,
+        The rows are sorted once (-0.0 read as 0.0); a fold's training rows,
         picked from them by a mask, are still in order, so each fold only pools its
         ties (``_pool_sorted``, the same sums in the same order as ``pool_ties``) and
         runs PAV. At 5 million rows this is several times cheaper than five sorts.
         """
-        order = np.argsort(scores, kind="stable")
+        # Unit weights sum to whole numbers, exact in any order: the faster unstable sort will do.
+        order = np.argsort(scores, kind=None if (weights == 1.0).all() else "stable")
         sorted_scores = scores[order] + 0.0
         sorted_weights = weights[order]
         sorted_positive = sorted_weights * labels[order]  # w * y, as _pool_sorted computes it
