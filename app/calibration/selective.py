@@ -53,8 +53,9 @@ Default: ``joint``, chosen by the numbers of benchmarks/selective.py (the
 case of tests/test_selective.py's ``DEFAULTS_CASE``, 4 seeds, and two
 variants). Where Platt on every row still leans the inliers' way, ``refit``
 and ``joint`` are within noise of each other (mean |p - p_true| on the
-accepted rows 0.0079 against 0.0073; with a narrower score spread 0.0073
-against 0.0088; ``sequential`` 0.12 and 0.07). Where it is nearly flat
+accepted rows, ``refit`` against ``joint``: 0.0072 against 0.0057; with a
+narrower score spread 0.0063 against 0.0081; ``sequential`` 0.119 and
+0.068; recalibration alone 0.189 and 0.116). Where it is nearly flat
 (inlier share 0.72), the selector trained against the fixed h learns little,
 and ``joint``, whose h moves with the selector, did better (0.043 against
 0.053; one seed of four defeated both, and the guard below catches such a
