@@ -91,3 +91,16 @@ def test_outputs_are_probabilities_monotone_and_survive_a_round_trip(seed, cls, 
         assert np.all(np.diff(out) >= 0)
     rebuilt = from_dict(json.loads(json.dumps(calibrator.to_dict())))
     np.testing.assert_array_equal(rebuilt.predict(grid), out)
+
+
+def test_temperature_gives_each_row_the_same_answer_in_any_batch():
+    """A logit row far out (shifted softmax) does not change the other rows' bits (unshifted)."""
+    rng = np.random.default_rng(5)
+    z = rng.normal(0.0, 3.0, (300, 4))
+    labels = np.array([rng.choice(4, p=np.exp(r) / np.exp(r).sum()) for r in z])
+    calibrator = TemperatureCalibrator(input="logit").fit(z, labels)
+    alone = calibrator.predict_details(z)[0]
+    far = np.array([[1e5, 0.0, -3.0, 2.0]])
+    together = calibrator.predict_details(np.vstack([z[:100], far, z[100:]]))[0]
+    np.testing.assert_array_equal(np.delete(together, 100, axis=0), alone)
+    np.testing.assert_allclose(together[100], calibrator.predict_details(far)[0][0])

@@ -114,7 +114,12 @@ def _softmax_in_place(z: np.ndarray, low: float | None = None, high: float | Non
     if low is None or high is None:
         low, high = float(z.min()), float(z.max())
     if not max(high, -low) < _UNSHIFTED_RANGE:  # also NaN
-        return softmax(z)
+        # Rows within range still take the unshifted form and only the others are shifted, so
+        # that no row's answer depends on the rows batched with it (to the last bit).
+        far = ~(np.abs(z).max(axis=1) < _UNSHIFTED_RANGE)
+        z[~far] = _unshifted_softmax(z[~far])
+        z[far] = softmax(z[far])
+        return z
     return _unshifted_softmax(z)
 
 
