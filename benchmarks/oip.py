@@ -37,7 +37,9 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _harness import Server, Target, fmt_rate, free_port, machine, median, run_wrk, split_cpus, write_results  # noqa: E402
+from _harness import (  # noqa: E402
+    Server, Target, cpu_seconds, fmt_rate, free_port, machine, median, run_wrk, split_cpus, write_results,
+)
 
 from tests import mlserver_env  # noqa: E402
 
@@ -264,10 +266,16 @@ def main(argv: list[str] | None = None) -> int:
             # calibd in transformer mode, in front of the classifier's MLServer
                 with Server(database_url=server.database_url, env={"CALIBD_PREDICTOR_URL": classifier.url}) as transformer:
                     split_cpus(transformer.serving_pids() + [classifier.process.pid])
+                    pids = {"calibd": transformer.serving_pids(), "mlserver": [classifier.process.pid]}
+                    before = {who: cpu_seconds(p) for who, p in pids.items()}
                     latency = latency_pairs(
                         f"{classifier.url}/v2/models/classifier/infer", f"{transformer.url}/v2/models/classifier/infer",
                         transformer.key, body, args.latency_requests,
                     )
+                    # Where the time goes: each server's CPU per request it answered (calibd answers one of
+                    # each pair, MLServer both), warm-up requests included in the counts.
+                    answered = {"calibd": args.latency_requests + 50, "mlserver": 2 * (args.latency_requests + 50)}
+                    latency["cpu"] = {who: (cpu_seconds(p) - before[who]) / answered[who] for who, p in pids.items()}
             print(f"transformer: direct {latency['direct'] * 1e3:.2f} ms, through calibd {latency['through'] * 1e3:.2f} ms, "
                   f"added {latency['added'] * 1e3:.3f} ms", flush=True)
             np.savez(folder / "holdout.npz", scores=scores, labels=labels)
@@ -303,7 +311,10 @@ def main(argv: list[str] | None = None) -> int:
     added_ms = latency["added"] * 1e3
     lines += ["", "### Transformer mode: MLServer (scikit-learn classifier, 100 rows) directly and through calibd", "",
               f"Median latency directly {latency['direct'] * 1e3:.3f} ms, through calibd {latency['through'] * 1e3:.3f} ms; "
-              f"median of the paired differences **{added_ms:.3f} ms** ({args.latency_requests} pairs, one client, alternating)."]
+              f"median of the paired differences **{added_ms:.3f} ms** ({args.latency_requests} pairs, one client, alternating). "
+              f"Server CPU per request (from /proc): calibd {latency['cpu']['calibd'] * 1e3:.3f} ms for each forwarded one "
+              f"(parse, forward, calibrate, answer), MLServer {latency['cpu']['mlserver'] * 1e3:.3f} ms for each it answers; "
+              f"the machine's load average was {os.getloadavg()[0]:.1f} at the end."]
     targets.append(Target("19.3", "transformer mode: median latency added to MLServer, 100 rows", f"{added_ms:.3f} ms",
                           f"{latency['direct'] * 1e3:.3f} ms direct", None, "<= 0.5 ms", added_ms <= 0.5))
     ratio = versus["calibd"] / versus["mlserver"]
