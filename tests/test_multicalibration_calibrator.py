@@ -164,3 +164,54 @@ def test_segment_stage_is_the_penalised_maximum_likelihood():
     reference = minimize(objective, np.zeros(9), method="BFGS", options={"gtol": 1e-9}).x
     a, b, betas = _segment_offsets(z, y, w, codes, [4, 3], l2, (1.0, 0.0))
     np.testing.assert_allclose(np.r_[a, b, betas[0], betas[1]], reference, atol=1e-5)
+
+
+def shifted_segment(n: int, seed: int):
+    """One segment of a categorical feature is off by +1 logit: no function of the score alone fixes it."""
+    rng = np.random.default_rng(seed)
+    segment = rng.choice(np.array(["a", "b", "c", "d"]), n)
+    truth = rng.normal(-0.5, 1.5, n)
+    labels = (rng.random(n) < 1 / (1 + np.exp(-truth))).astype(int)
+    score = truth + 1.0 * (segment == "b")
+    return 1 / (1 + np.exp(-score)), labels, {"segment": segment.tolist()}
+
+
+def test_auto_with_features_chooses_multicalibration_over_http(client, name):
+    p, y, features = shifted_segment(8000, 6)
+    fit, test = slice(0, 4000), slice(4000, None)
+    holdout = {"scores": p[fit].tolist(), "labels": y[fit].tolist(), "features": {"segment": features["segment"][:4000]}}
+    created = client.post("/calibrators", json={"name": name, "method": "auto", "holdout": holdout})
+    assert created.status_code == 201, created.text
+    chosen = created.json()["summary"]["fit"]
+    assert "multicalibration" in chosen["cv_log_loss"]  # joins the default candidates when features are given
+    probe = {"segment": features["segment"][4000:]}
+    served = client.post("/calibrate", json={"calibrator": name, "scores": p[test].tolist(), "features": probe})
+    assert served.status_code == 200, served.text
+    stored = client.get(f"/calibrators/{name}/versions/1").json()["parameters"]
+    np.testing.assert_array_equal(served.json()["probabilities"], from_dict(stored).predict(p[test], features=probe))
+    # Held out: as good as multicalibration fitted alone, clearly better than a global calibrator.
+    ours = log_loss(np.asarray(served.json()["probabilities"]), y[test])
+    alone = MulticalibrationCalibrator().fit(p[fit], y[fit], features=holdout["features"])
+    platt = PlattCalibrator().fit(p[fit], y[fit])
+    assert ours <= log_loss(alone.predict(p[test], features=probe), y[test]) + 0.002
+    assert ours < log_loss(platt.predict(p[test]), y[test]) - 0.005
+    assert chosen["chosen"] == "multicalibration"
+
+
+def test_auto_without_features_keeps_its_candidates_and_refuses_conflicting_arrays():
+    p, y, features = shifted_segment(2000, 7)
+    auto = get_method("auto")().fit(p, y)
+    assert "multicalibration" not in auto.cv_log_loss_
+    # Any chosen method takes the features it was fitted beside; the chosen one gets them if it declares them.
+    listed = get_method("auto").from_options("probability", {"candidates": ["platt"]}).fit(p, y)
+    assert listed.predict_arrays == {}
+    chose_platt = get_method("auto").from_options("probability", {"candidates": ["platt", "multicalibration"]})
+    chose_platt.fit(p, y, features=features)
+    probe = {"segment": features["segment"][:50]}
+    np.testing.assert_array_equal(
+        chose_platt.predict(p[:50], features=probe), chose_platt.calibrator_.predict(p[:50], **(
+            {"features": probe} if chose_platt.chosen_ == "multicalibration" else {}))
+    )
+    with pytest.raises(CalibrationInputError) as error:
+        get_method("auto").from_options("probability", {"candidates": ["selective", "multicalibration"]})
+    assert error.value.field == "options.candidates"

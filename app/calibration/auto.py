@@ -23,11 +23,19 @@ classes (about 2 s of CPU per fit at K = 100 on 16,000 rows). So:
   predictions; the choice among the candidates was made on the same rows,
   which the summary states (``cross_fit.of``). With other folds the summary
   cross-fits the whole choice, nested, as for any method.
+
+Extra arrays. ``auto`` takes every array its candidates declare (``features``
+for ``multicalibration``), all optional, and gives each candidate the ones it
+declares, in the selection's folds, in the final fit and at predict time. By
+default, ``multicalibration`` joins the binary candidates when ``features`` is
+given (``ARRAY_CANDIDATES``); a listed candidate whose arrays are not given fits
+on the scores alone.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
@@ -36,7 +44,7 @@ import numpy as np
 
 from ..metrics import log_loss
 from ._mlp import single_threaded_blas
-from .base import Calibrator, CalibrationInputError, n_classes_of
+from .base import ArraySpec, Calibrator, CalibrationInputError, n_classes_of
 from .crossfit import OutOfFold, fit_fold, stratified_folds
 from .linear import _LinearCalibrator
 
@@ -44,6 +52,8 @@ DEFAULT_CANDIDATES = ("platt", "temperature", "beta", "isotonic", "histogram", "
 MULTICLASS_CANDIDATES = (
     "temperature", "vector", "matrix", "dirichlet", "ovr_platt", "ovr_isotonic", "top_label_histogram",
 )
+#: Default candidates that need an extra array: each joins when the arrays it declares are given.
+ARRAY_CANDIDATES = {"binary": ("multicalibration",), "multiclass": ()}
 #: Threads for the candidates' fold fits (at most; never more than the CPUs this process may use).
 MAX_THREADS = 4
 
@@ -73,6 +83,11 @@ def model_key(candidate: Calibrator) -> tuple | None:
     )
 
 
+def arrays_for(calibrator: Calibrator, arrays: dict[str, Any]) -> dict[str, Any]:
+    """The given arrays that ``calibrator``'s fit declares."""
+    return {name: value for name, value in arrays.items() if name in calibrator.fit_arrays}
+
+
 def cross_validate(
     candidates: list[tuple[str, Calibrator]],
     scores: np.ndarray,
@@ -80,11 +95,13 @@ def cross_validate(
     weights: np.ndarray,
     folds: np.ndarray,
     threads: int = 1,
+    arrays: dict[str, Any] | None = None,
 ) -> dict[str, tuple[np.ndarray, dict[str, np.ndarray]] | CalibrationInputError]:
     """Each candidate's out-of-fold (predictions, extras), or the input error one of its fits raised.
 
     The (candidate, fold) fits are independent and each gets a fresh clone; they run
-    on ``threads`` threads, and the result does not depend on how many.
+    on ``threads`` threads, and the result does not depend on how many. Each
+    candidate gets the validated ``arrays`` it declares.
     """
     n_splits = int(folds.max()) + 1
     tasks = [(name, candidate, fold) for name, candidate in candidates for fold in range(n_splits)]
@@ -92,7 +109,7 @@ def cross_validate(
     def run(task: tuple[str, Calibrator, int]) -> Any:
         _, candidate, fold = task
         try:
-            return fit_fold(candidate, scores, labels, weights, folds, fold)
+            return fit_fold(candidate, scores, labels, weights, folds, fold, arrays_for(candidate, arrays or {}))
         except CalibrationInputError as error:  # e.g. a full matrix for too many classes
             return error
 
@@ -119,6 +136,12 @@ def cross_validate(
         for key, value in details.items():
             extras[key][test] = value
     return results
+
+
+def _class_arrays(method: type[Calibrator]) -> dict[str, ArraySpec]:
+    """A method's class-level predict arrays (a property, as selective's, gives none here)."""
+    declared = method.predict_arrays
+    return declared if isinstance(declared, dict) else {}
 
 
 class AutoCalibrator(Calibrator):
@@ -156,10 +179,45 @@ class AutoCalibrator(Calibrator):
     def min_samples(self) -> int:  # type: ignore[override]
         return max(10, 2 * self.n_splits)
 
-    def _candidate_names(self, multiclass: bool) -> list[str]:
+    def _candidate_names(self, multiclass: bool, given: frozenset[str] = frozenset()) -> list[str]:
         if self.candidates is not None:
             return list(dict.fromkeys(self.candidates))
-        return list(MULTICLASS_CANDIDATES if multiclass else DEFAULT_CANDIDATES)
+        task = "multiclass" if multiclass else "binary"
+        extra = [name for name in ARRAY_CANDIDATES[task] if given & set(self.methods[name].fit_arrays)]
+        return list(MULTICLASS_CANDIDATES if multiclass else DEFAULT_CANDIDATES) + extra
+
+    def _declared(self, kind: str) -> dict[str, ArraySpec]:
+        """Every array the candidates' fit (or predict) declares, optional (the first declaration of a name)."""
+        if self.candidates is not None and isinstance(self.candidates, list):
+            names = [n for n in self.candidates if isinstance(n, str)]
+        else:
+            names = [*DEFAULT_CANDIDATES, *MULTICLASS_CANDIDATES, *(n for group in ARRAY_CANDIDATES.values() for n in group)]
+        declared: dict[str, ArraySpec] = {}
+        for name in names:
+            method = self.methods.get(name)
+            if method is None or name == "auto":
+                continue
+            specs = getattr(method, kind)
+            for array, spec in (specs.items() if isinstance(specs, dict) else ()):  # a property (selective's): none here
+                declared.setdefault(array, replace(spec, required=False))
+        return declared
+
+    @property
+    def fit_arrays(self) -> dict[str, ArraySpec]:  # type: ignore[override]
+        """The candidates' arrays, each optional."""
+        return self._declared("fit_arrays")
+
+    @property
+    def predict_arrays(self) -> dict[str, ArraySpec]:  # type: ignore[override]
+        """Unfitted: every candidate's, optional. Fitted: the arrays it was fitted with, optional,
+        whichever method was chosen (a client need not know the choice), and the chosen
+        method's own as that method declares them (it gets those; the others are dropped).
+        """
+        declared = {**self._declared("fit_arrays"), **self._declared("predict_arrays")}
+        chosen = getattr(self, "calibrator_", None)
+        if chosen is None:
+            return declared
+        return {**{name: declared[name] for name in getattr(self, "arrays_", ()) if name in declared}, **chosen.predict_arrays}
 
     def _check_params(self) -> None:
         if self.candidates is not None:
@@ -169,17 +227,27 @@ class AutoCalibrator(Calibrator):
             for i, name in enumerate(self.candidates):
                 takes_scores_alone = name in methods and not any(s.required for s in methods[name].fit_arrays.values())
                 if name not in methods or name == "auto" or not takes_scores_alone:
-                    known = ", ".join(dict.fromkeys(DEFAULT_CANDIDATES + MULTICLASS_CANDIDATES))
+                    known = ", ".join(dict.fromkeys(DEFAULT_CANDIDATES + MULTICLASS_CANDIDATES + ARRAY_CANDIDATES["binary"]))
                     raise CalibrationInputError("options.candidates", f"unknown candidate {name!r} (known: {known})", (i,))
+            # One array name, one meaning: a request cannot send both selective's and multicalibration's features.
+            seen: dict[str, tuple[str, ArraySpec]] = {}
+            for i, name in enumerate(self.candidates):
+                for array, spec in {**methods[name].fit_arrays, **_class_arrays(methods[name])}.items():
+                    first = seen.setdefault(array, (name, spec))
+                    if replace(first[1], required=False, description="") != replace(spec, required=False, description=""):
+                        raise CalibrationInputError(
+                            "options.candidates", f"{first[0]} and {name} take different arrays named {array!r}; list one of them", (i,)
+                        )
         if not isinstance(self.n_splits, int) or isinstance(self.n_splits, bool) or not 2 <= self.n_splits <= 20:
             raise CalibrationInputError("options.n_splits", "must be an integer from 2 to 20")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise CalibrationInputError("options.seed", "must be an integer")
 
-    def _fit(self, scores: np.ndarray, labels: np.ndarray, weights: np.ndarray) -> None:
+    def _fit(self, scores: np.ndarray, labels: np.ndarray, weights: np.ndarray, **arrays: Any) -> None:
         multiclass = scores.ndim == 2
         task = "multiclass" if multiclass else "binary"
-        names = self._candidate_names(multiclass)
+        names = self._candidate_names(multiclass, frozenset(arrays))
+        self.arrays_ = sorted(arrays)
         folds = stratified_folds(labels, self.n_splits, self.seed)
         self.skipped_ = {}
         self.same_model_as_ = {}
@@ -197,7 +265,7 @@ class AutoCalibrator(Calibrator):
             if key is not None:
                 first_of[key] = name
             runnable.append((name, candidate))
-        results = cross_validate(runnable, scores, labels, weights, folds, available_threads())
+        results = cross_validate(runnable, scores, labels, weights, folds, available_threads(), arrays)
         scored: dict[str, float] = {}
         for name, _ in runnable:
             result = results[name]
@@ -218,17 +286,20 @@ class AutoCalibrator(Calibrator):
         predictions, details = results[self.same_model_as_.get(self.chosen_, self.chosen_)]
         self.out_of_fold_ = OutOfFold(folds, predictions, details)
         self.calibrator_ = self.methods[self.chosen_](input=self.input)
-        self.calibrator_._fit(scores, labels, weights)
+        self.calibrator_._fit(scores, labels, weights, **arrays_for(self.calibrator_, arrays))
         self.calibrator_.n_classes_ = n_classes_of(scores, self.calibrator_.tasks)
 
     def prepare(self) -> None:
         self.calibrator_.prepare()
 
-    def _predict(self, scores: np.ndarray) -> np.ndarray:
-        return self.calibrator_._predict(scores)
+    def _chosen_arrays(self, arrays: dict[str, Any]) -> dict[str, Any]:
+        return {name: value for name, value in arrays.items() if name in self.calibrator_.predict_arrays}
+
+    def _predict(self, scores: np.ndarray, **arrays: Any) -> np.ndarray:
+        return self.calibrator_._predict(scores, **self._chosen_arrays(arrays))
 
     def _predict_details(self, scores: np.ndarray, **arrays: Any):
-        return self.calibrator_._predict_details(scores, **arrays)
+        return self.calibrator_._predict_details(scores, **self._chosen_arrays(arrays))
 
     def fit_info(self) -> dict:
         return {
@@ -252,6 +323,7 @@ class AutoCalibrator(Calibrator):
             "cv_log_loss_": self.cv_log_loss_,
             "skipped_": self.skipped_,
             "same_model_as_": getattr(self, "same_model_as_", {}),
+            "arrays_": getattr(self, "arrays_", []),
             "calibrator_": self.calibrator_.to_dict(),
         }
         return {"method": self.method, "params": self.get_params(), "n_classes": getattr(self, "n_classes_", 2), "state": state}
@@ -263,6 +335,7 @@ class AutoCalibrator(Calibrator):
         calibrator.cv_log_loss_ = dict(state["cv_log_loss_"])
         calibrator.skipped_ = dict(state.get("skipped_", {}))
         calibrator.same_model_as_ = dict(state.get("same_model_as_", {}))
+        calibrator.arrays_ = [name for name in state.get("arrays_", []) if isinstance(name, str)]
         inner = state["calibrator_"]
         if inner["method"] not in cls.methods:
             known = ", ".join(sorted(cls.methods))
