@@ -17,7 +17,7 @@ import tritonclient.http as triton
 
 from app.config import PredictorSetting, Settings
 
-from .conftest import LiveServer, free_port
+from .conftest import LiveServer
 from .mlserver_env import MLServer
 from .oip_cases import assert_bit_identical, assert_feedback_joined, calibrate
 
@@ -58,9 +58,19 @@ def silent_port():
 
 
 @pytest.fixture(scope="module")
-def calibd(mlserver, silent_port, isolated_database_url):
+def refusing_port():
+    """A predictor that is down: a port held bound without listening (connections are refused),
+    so that no server started later can be given it."""
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    yield held.getsockname()[1]
+    held.close()
+
+
+@pytest.fixture(scope="module")
+def calibd(mlserver, silent_port, refusing_port, isolated_database_url):
     predictors = {
-        "down": PredictorSetting(url=f"http://127.0.0.1:{free_port()}", model=MODEL),
+        "down": PredictorSetting(url=f"http://127.0.0.1:{refusing_port}", model=MODEL),
         "slow": PredictorSetting(url=f"http://127.0.0.1:{silent_port}", model=MODEL),
     }
     settings = Settings(
