@@ -170,6 +170,8 @@ def test_calibd_serve_grpc_port_with_two_workers(tmp_path):
 
     with migrated_database("sqlite", tmp_path) as url:
         port, grpc_port = free_port(), free_port()
+        while grpc_port == port:  # two free ports, not one twice
+            grpc_port = free_port()
         env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("CALIBD_")} | {"CALIBD_DATABASE_URL": url}
         log = open(tmp_path / "serve.log", "w")
         process = subprocess.Popen(
