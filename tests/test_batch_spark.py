@@ -103,7 +103,7 @@ def _fit(http: httpx.Client, method: str, kind: str) -> tuple[str, dict]:
         holdout = {"scores": z.tolist(), "labels": labels.tolist()}
         if method in NAMED_FEATURES:
             holdout["features"] = _named(features)
-        elif "features" in METHODS[method]().fit_arrays:
+        elif "features" in _declared(method, "fit_arrays"):
             holdout["features"] = features.tolist()
         options = OPTIONS.get(method, {})
     body = {"name": name, "method": method, "input": "logit", "options": options, "holdout": holdout}
@@ -111,6 +111,11 @@ def _fit(http: httpx.Client, method: str, kind: str) -> tuple[str, dict]:
     assert response.status_code == 201, response.text
     exported = http.get(f"/calibrators/{name}/versions/1").json()
     return name, json.loads(json.dumps(exported))  # as it would arrive from a file
+
+
+def _declared(method: str, kind: str) -> dict:
+    """The arrays the method declares with the options used here (auto's depend on its candidates)."""
+    return getattr(METHODS[method].from_options("logit", OPTIONS.get(method, {})), kind)
 
 
 def _named(features: np.ndarray) -> dict[str, list]:
@@ -133,7 +138,7 @@ def _table(method: str, kind: str) -> tuple[object, dict]:
     if method in NAMED_FEATURES:
         table |= _named(features)
         body["features"] = _named(features)
-    elif "features" in METHODS[method]().predict_arrays:
+    elif "features" in _declared(method, "predict_arrays"):
         table["features"] = list(features)
         body["features"] = features.tolist()
     return pd.DataFrame(table), body

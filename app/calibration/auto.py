@@ -138,6 +138,33 @@ def cross_validate(
     return results
 
 
+def declared_arrays(methods: Mapping[str, type[Calibrator]], names: list[str] | None, kind: str) -> dict[str, ArraySpec]:
+    """The arrays (``kind``: fit_arrays or predict_arrays) the candidates ``names`` declare
+    (None: every default candidate), each optional; the first declaration of a name wins."""
+    if names is None:
+        names = [*DEFAULT_CANDIDATES, *MULTICLASS_CANDIDATES, *(n for group in ARRAY_CANDIDATES.values() for n in group)]
+    declared: dict[str, ArraySpec] = {}
+    for name in names:
+        method = methods.get(name) if isinstance(name, str) and name != "auto" else None
+        specs = getattr(method, kind, None)
+        for array, spec in (specs.items() if isinstance(specs, dict) else ()):  # a property (selective's): none here
+            declared.setdefault(array, replace(spec, required=False))
+    return declared
+
+
+class _CandidatesArrays:
+    """``auto``'s declared arrays: on the class, the default candidates' (each optional), so
+    code that reads a method's arrays from its class sees them; on an instance, its own."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+
+    def __get__(self, instance: Any, owner: type) -> dict[str, ArraySpec]:
+        if instance is None:
+            return declared_arrays(owner.methods, None, self.kind)
+        return getattr(instance, f"_{self.kind}")()
+
+
 def _class_arrays(method: type[Calibrator]) -> dict[str, ArraySpec]:
     """A method's class-level predict arrays (a property, as selective's, gives none here)."""
     declared = method.predict_arrays
@@ -188,27 +215,14 @@ class AutoCalibrator(Calibrator):
 
     def _declared(self, kind: str) -> dict[str, ArraySpec]:
         """Every array the candidates' fit (or predict) declares, optional (the first declaration of a name)."""
-        if self.candidates is not None and isinstance(self.candidates, list):
-            names = [n for n in self.candidates if isinstance(n, str)]
-        else:
-            names = [*DEFAULT_CANDIDATES, *MULTICLASS_CANDIDATES, *(n for group in ARRAY_CANDIDATES.values() for n in group)]
-        declared: dict[str, ArraySpec] = {}
-        for name in names:
-            method = self.methods.get(name)
-            if method is None or name == "auto":
-                continue
-            specs = getattr(method, kind)
-            for array, spec in (specs.items() if isinstance(specs, dict) else ()):  # a property (selective's): none here
-                declared.setdefault(array, replace(spec, required=False))
-        return declared
+        names = self.candidates if isinstance(self.candidates, list) else None
+        return declared_arrays(self.methods, names, kind)
 
-    @property
-    def fit_arrays(self) -> dict[str, ArraySpec]:  # type: ignore[override]
+    def _fit_arrays(self) -> dict[str, ArraySpec]:
         """The candidates' arrays, each optional."""
         return self._declared("fit_arrays")
 
-    @property
-    def predict_arrays(self) -> dict[str, ArraySpec]:  # type: ignore[override]
+    def _predict_arrays(self) -> dict[str, ArraySpec]:
         """Unfitted: every candidate's, optional. Fitted: the arrays it was fitted with, optional,
         whichever method was chosen (a client need not know the choice), and the chosen
         method's own as that method declares them (it gets those; the others are dropped).
@@ -218,6 +232,9 @@ class AutoCalibrator(Calibrator):
         if chosen is None:
             return declared
         return {**{name: declared[name] for name in getattr(self, "arrays_", ()) if name in declared}, **chosen.predict_arrays}
+
+    fit_arrays = _CandidatesArrays("fit_arrays")  # type: ignore[assignment]
+    predict_arrays = _CandidatesArrays("predict_arrays")  # type: ignore[assignment]
 
     def _check_params(self) -> None:
         if self.candidates is not None:
