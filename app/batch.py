@@ -66,13 +66,13 @@ def input_columns(
     """Which columns hold the scores and each extra array: as given, else ``score`` or
     ``score_0..``, and for each array the method takes, a column of its name or ``name_0..``."""
     if scores is None:
-        scores = "score" if "score" in names else _indexed(names, "score")
+        scores = "score" if "score" in names else indexed_columns(names, "score")
         if not scores:
             raise ValueError(f"no 'score' column, nor score_0, score_1, ... (columns: {', '.join(names)})")
     chosen = dict(arrays or {})
     for name in calibrator.predict_arrays:
         if name not in chosen:
-            found = name if name in names else _indexed(names, name)
+            found = name if name in names else indexed_columns(names, name)
             if found:
                 chosen[name] = found
     return (scores if isinstance(scores, str) else list(scores)), {k: v if isinstance(v, str) else list(v) for k, v in chosen.items()}
@@ -163,8 +163,8 @@ def calibrate_parquet(
     return rows
 
 
-def _indexed(names: Sequence[str], prefix: str) -> list[str]:
-    """``prefix_0, prefix_1, ...`` as far as they run unbroken."""
+def indexed_columns(names: Sequence[str], prefix: str) -> list[str]:
+    """``prefix_0, prefix_1, ...`` as far as they run unbroken (the columns of one array)."""
     found = []
     while f"{prefix}_{len(found)}" in names:
         found.append(f"{prefix}_{len(found)}")

@@ -455,15 +455,9 @@ def _numbers(path: str, header: list[str], rows: list[list[str]], columns: list[
     return array
 
 
-def _indexed(header: list[str], prefix: str) -> list[str]:
-    """``prefix_0``, ``prefix_1``... in order, as far as they go."""
-    columns = []
-    while f"{prefix}_{len(columns)}" in header:
-        columns.append(f"{prefix}_{len(columns)}")
-    return columns
-
-
 def _calibrate(args: argparse.Namespace) -> int:
+    from .batch import indexed_columns
+
     if args.input is not None:
         return _calibrate_parquet(args)
     if args.name is None or args.file is None:
@@ -472,7 +466,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     if "score" in header:
         columns = ["score"]
     else:
-        columns = _indexed(header, "score")
+        columns = indexed_columns(header, "score")
         if not columns:
             raise InputFileError(f"{args.file}: expected a 'score' column, or score_0, score_1, ... (header: {','.join(header)})")
     scores = _numbers(args.file, header, rows, columns)
@@ -547,13 +541,15 @@ def _cell(value: object) -> str:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
+    from .batch import indexed_columns
+
     header, rows = _read_csv(args.file)
     if "label" not in header:
         raise InputFileError(f"{args.file}: expected a 'label' column (header: {','.join(header)})")
     if "probability" in header:
         columns = ["probability"]
     else:
-        columns = _indexed(header, "p")
+        columns = indexed_columns(header, "p")
         if len(columns) < 2:
             raise InputFileError(f"{args.file}: expected a 'probability' column, or p_0, p_1, ... (header: {','.join(header)})")
     probabilities = _numbers(args.file, header, rows, columns)
