@@ -35,7 +35,12 @@ FEATURES = 3
 # Options that keep the slower fits (cross-fitted five times over) to seconds.
 # Methods whose features are named columns ({"x0": [...], "segment": [...]}), not rows.
 NAMED_FEATURES = {"multicalibration"}
-OPTIONS = {"selective": {"epochs": 5}, "auto": {"candidates": ["platt", "beta"]}, "multicalibration": {"max_rounds": 20}}
+OPTIONS = {
+    "selective": {"epochs": 5},
+    "auto": {"candidates": ["platt", "beta"]},
+    "multicalibration": {"max_rounds": 20},
+    "angular": {"lambda": 0.5, "link": {"family": "logistic", "scale": 3.0, "offset": 1.0}},
+}
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +102,6 @@ def _fit(http: httpx.Client, method: str, kind: str) -> tuple[str, dict]:
         sim = angular_simulation.simulate(21, n=80, d=60, n_holdout=120)
         holdout = {"scores": sim.u_holdout.tolist(), "labels": sim.y_holdout.tolist(), "X": sim.X.tolist(),
                    "y": sim.y.tolist(), "w_hat": sim.w_hat.tolist(), "Sigma": sim.Sigma.tolist()}
-        options = {"lambda": 0.5, "link": {"family": "logistic", "scale": 3.0, "offset": 1.0}}
     else:
         z, labels, features = _data(kind, HOLDOUT, seed=1)
         holdout = {"scores": z.tolist(), "labels": labels.tolist()}
@@ -105,8 +109,7 @@ def _fit(http: httpx.Client, method: str, kind: str) -> tuple[str, dict]:
             holdout["features"] = _named(features)
         elif "features" in _declared(method, "fit_arrays"):
             holdout["features"] = features.tolist()
-        options = OPTIONS.get(method, {})
-    body = {"name": name, "method": method, "input": "logit", "options": options, "holdout": holdout}
+    body = {"name": name, "method": method, "input": "logit", "options": OPTIONS.get(method, {}), "holdout": holdout}
     response = http.post("/calibrators", json=body)
     assert response.status_code == 201, response.text
     exported = http.get(f"/calibrators/{name}/versions/1").json()

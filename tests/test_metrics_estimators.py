@@ -263,12 +263,12 @@ def test_interval_calibration_is_exactly_zero_for_isotonic_in_sample():
     order = np.argsort(scores)
     fitted = isotonic_regression(labels[order].astype(float)).x
     assert interval_calibration(fitted, labels[order]) == 0.0
-    # calibd's isotonic calibrator, in-sample, with and without weights
+    # calibd's isotonic calibrator, in-sample, with and without weights (no floor: the raw fit)
     train, test = slice(0, 2000), slice(2000, None)
-    calibrator = IsotonicCalibrator(input="logit").fit(scores[train], labels[train])
+    calibrator = IsotonicCalibrator(input="logit", min_probability=0).fit(scores[train], labels[train])
     assert interval_calibration(calibrator.predict(scores[train]), labels[train]) == 0.0
     weights = rng.integers(1, 4, 2000).astype(float)
-    weighted = IsotonicCalibrator(input="logit").fit(scores[train], labels[train], sample_weight=weights)
+    weighted = IsotonicCalibrator(input="logit", min_probability=0).fit(scores[train], labels[train], sample_weight=weights)
     assert interval_calibration(weighted.predict(scores[train]), labels[train], sample_weight=weights) == 0.0
     # out of sample it is positive
     assert interval_calibration(calibrator.predict(scores[test]), labels[test]) > 0.005

@@ -66,7 +66,8 @@ def test_a_killed_process_spool_file_is_removed_at_the_next_start(fresh_database
             # The new process removed the dead one's file, and only that.
             assert not left[0].exists()
             assert held.exists() and foreign.exists()
-            assert "removed 1 spool files left by stopped processes" in server.log_tail(200)
+            # Log lines are written by a background thread: the line may follow the first answer.
+            wait_for(lambda: "removed 1 spool files left by stopped processes" in server.log_tail(200), timeout=10)
         finally:
             server.stop()
     finally:

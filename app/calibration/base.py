@@ -412,7 +412,9 @@ class Calibrator(BaseEstimator):
         else:
             self._check_fitted()
             expected = getattr(self, "n_features_in_", None)
-            if expected is not None and n_features != expected:
+            # A binary fit of a method that also takes rows answers the two-column form [z0, z1] as well.
+            two_class_rows = expected == 1 and n_features == 2 and set(self.tasks) == {"binary", "multiclass"}
+            if expected is not None and n_features != expected and not two_class_rows:
                 if scores.ndim == 1:
                     raise CalibrationInputError(
                         "scores", f"{name} expects rows of {expected} scores, got a 1-D array: Reshape your data with X.reshape(1, -1) for one row"

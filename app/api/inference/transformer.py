@@ -67,9 +67,13 @@ async def forward(client: aiohttp.ClientSession, predictor: Predictor, body: byt
     """Send the caller's request (JSON) to the predictor; its response's JSON header and binary data."""
     url = predictor.infer_url()
     try:
-        async with client.post(url, data=body, headers=JSON) as response:
-            content = await response.read()
-            status, length = response.status, response.headers.get(HEADER_LENGTH)
+        try:
+            status, length, content = await _post(client, url, body)
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as error:
+            if isinstance(error, aiohttp.ClientConnectorError):
+                raise
+            # A kept-alive connection the predictor had closed: inference changes nothing there, so send again.
+            status, length, content = await _post(client, url, body)
     except asyncio.TimeoutError:
         raise Problem(504, f"the predictor {url} did not answer in time") from None
     except aiohttp.ClientError as error:
@@ -82,6 +86,11 @@ async def forward(client: aiohttp.ClientSession, predictor: Predictor, body: byt
         return orjson.loads(content[: int(length)]), memoryview(content)[int(length) :]
     except (ValueError, orjson.JSONDecodeError):
         raise Problem(502, f"the predictor {url} answered with a body that is not an inference response") from None
+
+
+async def _post(client: aiohttp.ClientSession, url: str, body: bytes) -> tuple[int, str | None, bytes]:
+    async with client.post(url, data=body, headers=JSON) as response:
+        return response.status, response.headers.get(HEADER_LENGTH), await response.read()
 
 
 def _error_text(content: bytes) -> str:
