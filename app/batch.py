@@ -1,7 +1,7 @@
 """Batch calibration: a stored calibrator applied to a whole table, in Spark or on one machine.
 
 Given a calibrator's export (``calibd export NAME -o model.json``, ``client.export(name)`` or
-``GET /calibrators/{name}/versions/{v}``; plain JSON, never a pickle), every row gets the
+``GET /calibrators/{name}/versions/{v}``; plain JSON parameters only), every row gets the
 probabilities ``POST /calibrate`` would answer for it, bit for bit: the calibrator is rebuilt
 as the service rebuilds it (``from_dict``, then ``prepare``) and called the same way
 (``predict_details`` on float64 arrays). Spark runs it per partition with ``mapInPandas``::

@@ -47,6 +47,8 @@ class CalibratorRow(Base):
     current_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    #: Transformer mode: the upstream OIP v2 model server this calibrator's /v2 infer forwards to.
+    predictor: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
 
     versions: Mapped[list[VersionRow]] = relationship(
         back_populates="calibrator", cascade="all, delete-orphan", passive_deletes=True, order_by="VersionRow.version"
@@ -112,6 +114,8 @@ class PredictionRow(Base):
     scores: Mapped[Any] = mapped_column(JSONType, nullable=True)
     #: The row's segment values as sent ({"country": "br", ...}); labels by id inherit them.
     segments: Mapped[dict[str, str] | None] = mapped_column(JSONType, nullable=True)
+    #: The row's features as sent to a feature-taking method ({"country": "br", "age": 31.0}).
+    features: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
 
 
@@ -137,6 +141,8 @@ class FeedbackRow(Base):
     accepted: Mapped[bool | None] = mapped_column(nullable=True)
     #: The raw score (or row) behind the probability, when known: what a refit learns from.
     scores: Mapped[Any] = mapped_column(JSONType, nullable=True)
+    #: Feature-taking methods: the row's features, so that a refit can learn from them.
+    features: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
     received_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
 
 
@@ -159,7 +165,19 @@ class PendingLabelRow(Base):
     unmatched_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
 
 
-class MonitorBucketRow(Base):
+class BucketSums:
+    """The sums a monitor bucket keeps: windows add them up, and every metric is read from them."""
+
+    count: Mapped[int] = mapped_column(BigInteger)
+    sum_probability: Mapped[float] = mapped_column(Float)
+    sum_label: Mapped[float] = mapped_column(Float)
+    sum_brier: Mapped[float] = mapped_column(Float)
+    sum_log_loss: Mapped[float] = mapped_column(Float)
+    sum_accepted: Mapped[int] = mapped_column(BigInteger)
+    count_with_acceptance: Mapped[int] = mapped_column(BigInteger)
+
+
+class MonitorBucketRow(BucketSums, Base):
     """Sums over the labelled pairs of one version, one minute and one probability bin.
 
     Time windows add buckets up; every replica reads the same sums.
@@ -171,13 +189,6 @@ class MonitorBucketRow(Base):
     version: Mapped[int] = mapped_column(Integer, primary_key=True)
     bucket_start: Mapped[datetime] = mapped_column(UTCDateTime, primary_key=True)
     bin: Mapped[int] = mapped_column(Integer, primary_key=True)
-    count: Mapped[int] = mapped_column(BigInteger)
-    sum_probability: Mapped[float] = mapped_column(Float)
-    sum_label: Mapped[float] = mapped_column(Float)
-    sum_brier: Mapped[float] = mapped_column(Float)
-    sum_log_loss: Mapped[float] = mapped_column(Float)
-    sum_accepted: Mapped[int] = mapped_column(BigInteger)
-    count_with_acceptance: Mapped[int] = mapped_column(BigInteger)
 
 
 class DriftStateRow(Base):
@@ -296,7 +307,7 @@ class SegmentValueRow(Base):
     rank: Mapped[int] = mapped_column(Integer)
 
 
-class SegmentMonitorBucketRow(Base):
+class SegmentMonitorBucketRow(BucketSums, Base):
     """``MonitorBucketRow`` for one segment (dimension, value) of a version."""
 
     __tablename__ = "segment_monitor_buckets"
@@ -307,13 +318,6 @@ class SegmentMonitorBucketRow(Base):
     segment: Mapped[str] = mapped_column(String(256), primary_key=True)
     bucket_start: Mapped[datetime] = mapped_column(UTCDateTime, primary_key=True)
     bin: Mapped[int] = mapped_column(Integer, primary_key=True)
-    count: Mapped[int] = mapped_column(BigInteger)
-    sum_probability: Mapped[float] = mapped_column(Float)
-    sum_label: Mapped[float] = mapped_column(Float)
-    sum_brier: Mapped[float] = mapped_column(Float)
-    sum_log_loss: Mapped[float] = mapped_column(Float)
-    sum_accepted: Mapped[int] = mapped_column(BigInteger)
-    count_with_acceptance: Mapped[int] = mapped_column(BigInteger)
 
 
 class SegmentFeedbackRow(Base):
