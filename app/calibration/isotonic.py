@@ -39,6 +39,11 @@ from typing import Any
 import numpy as np
 from scipy.optimize import isotonic_regression
 
+try:  # SciPy's PAV kernel itself: isotonic_regression copies its inputs and checks them first
+    from scipy.optimize._pava_pybind import pava as _pava
+except ImportError:  # pragma: no cover - another SciPy layout
+    _pava = None
+
 from ._fastpath import quick_list
 from .base import Calibrator, CalibrationInputError, check_min_probability, keep_off_edges, state_array
 
@@ -54,7 +59,7 @@ def pool_ties(
         scores, labels, weights = scores[keep], labels[keep], weights[keep]
     if scores.shape[0] == 0:
         raise CalibrationInputError("sample_weight", "weights must not all be zero")
-    if labels.dtype.kind in "iu" and (weights == 1.0).all() and labels.min() >= 0 and labels.max() <= 1:
+    if _unit_weights(labels, weights):
         pooled = _pool_unit_weights(scores, labels)
         if pooled is not None:
             return pooled
@@ -78,46 +83,104 @@ def _pool_sorted(
 
 def _thresholds(x: np.ndarray, total: np.ndarray, positive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """PAV on pooled ties, trimmed to the block boundary points: (x_thresholds, y_thresholds)."""
-    # PAV in compiled code (SciPy >= 1.12); it merges adjacent equal blocks too.
-    fitted = isotonic_regression(positive / total, weights=total).x
+    fitted, blocks = _pav(positive / total, total)
     # Keep the first and last point of every run of equal values: interior
-    # points of a flat run add nothing to a linear interpolation.
-    keep = np.ones(fitted.shape[0], dtype=bool)
-    keep[1:-1] = (fitted[1:-1] != fitted[:-2]) | (fitted[1:-1] != fitted[2:])
+    # points of a flat run add nothing to a linear interpolation. PAV's blocks
+    # are such runs (it merges adjacent equal blocks); runs of blocks are taken
+    # all the same, so that this holds whatever the kernel.
+    starts = blocks[:-1]
+    values = fitted[starts]
+    rises = values[1:] != values[:-1]
+    first = starts[np.concatenate(([True], rises))]
+    last = blocks[1:][np.concatenate((rises, [True]))] - 1
+    keep = np.union1d(first, last)
     # Block means of 0/1 labels lie in [0, 1]; the clip only undoes rounding.
     return x[keep], np.clip(fitted[keep], 0.0, 1.0)
+
+
+def _pav(y: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the isotonic fit of ``y``, block boundaries b: block j is rows b_j .. b_{j+1} - 1).
+
+    ``y`` (a new array) is overwritten; ``w`` is not. The same floats as
+    ``scipy.optimize.isotonic_regression``, which wraps the same kernel.
+    """
+    if _pava is None:
+        result = isotonic_regression(y, weights=w)
+        return result.x, result.blocks
+    y = np.ascontiguousarray(y, dtype=np.float64)
+    fitted, _, blocks, n_blocks = _pava(y, np.array(w, dtype=np.float64), np.empty(y.shape[0] + 1, dtype=np.intp))
+    return fitted, blocks[: n_blocks + 1]
+
+
+def _unit_weights(labels: np.ndarray, weights: np.ndarray) -> bool:
+    """Unit weights and 0/1 integer labels: the rows ``_unit_keys`` can carry."""
+    return labels.dtype.kind in "iu" and (weights == 1.0).all() and labels.min() >= 0 and labels.max() <= 1
+
+
+_NOT_SIGN = np.int64(0x7FFFFFFFFFFFFFFF)
+
+
+def _unit_keys(scores: np.ndarray, labels: np.ndarray) -> np.ndarray | None:
+    """One int64 per row whose integer order is score order, the 0/1 label in its last bit;
+    None unless every |score| < 2 (probabilities always).
+
+    Sorting these keys takes the place of an argsort and three gathers: a
+    float's bits, mapped so that integer order is float order, shifted left by
+    one, with the label in the freed bit (|score| < 2 leaves the bit free), so
+    ties stay together and each tie's labels are its keys' last bits.
+    """
+    if not (scores.min() > -2.0 and scores.max() < 2.0):
+        return None
+    keys = (scores + 0.0).view(np.int64)  # + 0.0 turns -0.0, which ties with 0.0, into 0.0
+    if scores.min() < 0.0:
+        # Negative floats: flipping all but the sign bit makes their integer order their float order.
+        keys = np.where(keys < 0, keys ^ _NOT_SIGN, keys)
+    keys <<= 1
+    keys |= labels
+    return keys
 
 
 def _pool_unit_weights(
     scores: np.ndarray, labels: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-    """``pool_ties`` for unit weights and 0/1 labels with every |score| < 2 (probabilities), else None.
-
-    One sort of int64 keys instead of an argsort and three gathers: a float's
-    bits, mapped so that integer order is float order, shifted left by one,
-    with the label in the freed bit (|score| < 2 leaves the bit free), so ties
-    stay together and each tie's labels are its keys' last bits. About half the
-    time of the general path at a million rows.
-    """
-    if not (scores.min() > -2.0 and scores.max() < 2.0):
+    """``pool_ties`` for unit weights and 0/1 labels with every |score| < 2 (probabilities), else None:
+    one sort of ``_unit_keys``, about half the time of the general path at a million rows."""
+    keys = _unit_keys(scores, labels)
+    if keys is None:
         return None
-    bits = (scores + 0.0).view(np.int64)  # + 0.0 turns -0.0, which ties with 0.0, into 0.0
-    # Negative floats: flipping all but the sign bit makes their integer order their float order.
-    keys = np.where(bits < 0, bits ^ np.int64(0x7FFFFFFFFFFFFFFF), bits)
-    keys <<= 1
-    keys |= labels
     keys.sort()
-    positive_bits = keys & 1
+    return _pool_keys(keys)
+
+
+def _pool_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``pool_ties`` of sorted ``_unit_keys`` (overwritten)."""
+    x, total, positive = _pool_keys_lazily(keys)
+    return _key_scores(x), total, positive, total - positive
+
+
+def _pool_keys_lazily(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``_pool_keys`` less the negative weights, with the scores still keys (``_key_scores``
+    turns them back): only the few kept as thresholds need turning back."""
+    positive = (keys & 1).astype(np.float64)
     keys >>= 1
-    starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
-    distinct = keys[starts]
-    distinct = np.where(distinct < 0, distinct ^ np.int64(0x7FFFFFFFFFFFFFFF), distinct).view(np.float64)
-    if starts.shape[0] == keys.shape[0]:  # no ties (the usual case at scale): nothing to sum
-        positive = positive_bits.astype(np.float64)
-        return distinct, np.ones(keys.shape[0]), positive, 1.0 - positive
+    changes = keys[1:] != keys[:-1]
+    if changes.all():  # no ties (the usual case at scale): nothing to sum
+        return keys, np.ones(keys.shape[0]), positive
+    starts = np.flatnonzero(np.concatenate(([True], changes)))
     total = np.diff(np.append(starts, keys.shape[0])).astype(np.float64)
-    positive = np.add.reduceat(positive_bits, starts, dtype=np.float64)
-    return distinct, total, positive, total - positive
+    return keys[starts], total, np.add.reduceat(positive, starts)
+
+
+def _fit_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``_thresholds`` of sorted ``_unit_keys`` (overwritten)."""
+    x, total, positive = _pool_keys_lazily(keys)
+    x_thresholds, y = _thresholds(x, total, positive)
+    return _key_scores(x_thresholds), y
+
+
+def _key_scores(keys: np.ndarray) -> np.ndarray:
+    """The scores of keys shifted back (``_unit_keys`` undone, label dropped)."""
+    return np.where(keys < 0, keys ^ _NOT_SIGN, keys).view(np.float64)
 
 
 def _interp_by_ratio(scores: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -286,8 +349,13 @@ class IsotonicCalibrator(Calibrator):
         state_array(self.y_thresholds_, "y_thresholds_", shape=x.shape, within=(0.0, 1.0), non_decreasing=True)
 
     def _fit(self, scores: np.ndarray, labels: np.ndarray, weights: np.ndarray) -> None:
-        x, total, positive, _ = pool_ties(scores, labels, weights)
-        self.x_thresholds_, y = _thresholds(x, total, positive)
+        keys = _unit_keys(scores, labels) if _unit_weights(labels, weights) else None
+        if keys is not None:
+            keys.sort()
+            self.x_thresholds_, y = _fit_keys(keys)
+        else:
+            x, total, positive, _ = pool_ties(scores, labels, weights)
+            self.x_thresholds_, y = _thresholds(x, total, positive)
         # Kept off 0 and 1 (interpolation between the thresholds stays within them).
         self.y_thresholds_ = keep_off_edges(y, self.min_probability, np.count_nonzero(weights > 0))
 
@@ -301,6 +369,10 @@ class IsotonicCalibrator(Calibrator):
         ties (``_pool_sorted``, the same sums in the same order as ``pool_ties``) and
         runs PAV. At 5 million rows this is several times cheaper than five sorts.
         """
+        if _unit_weights(labels, weights):
+            keys = _unit_keys(scores, labels)
+            if keys is not None:
+                return self._cross_val_unit(scores, keys, folds, n_splits)
         # Unit weights sum to whole numbers, exact in any order: the faster unstable sort will do.
         order = np.argsort(scores, kind=None if (weights == 1.0).all() else "stable")
         sorted_scores = scores[order] + 0.0
@@ -327,6 +399,25 @@ class IsotonicCalibrator(Calibrator):
             model = type(self)(**self.get_params())
             model.x_thresholds_, y = _thresholds(x, total, positive)
             model.y_thresholds_ = keep_off_edges(y, self.min_probability, np.count_nonzero(train))
+            out[test] = model._predict(scores[test])
+        return out
+
+    def _cross_val_unit(self, scores: np.ndarray, keys: np.ndarray, folds: np.ndarray, n_splits: int) -> np.ndarray:
+        """``cross_val_predictions`` for unit weights and 0/1 labels (``_unit_keys``): each fold
+        sorts its training rows' keys, one int64 each, and pools them as ``pool_ties`` does."""
+        fold_of = folds.astype(np.min_scalar_type(n_splits))
+        out = np.empty(scores.shape[0], dtype=np.float64)
+        for fold in range(n_splits):
+            test = fold_of == fold
+            if not test.any():
+                continue
+            train = keys[~test]
+            if not train.shape[0]:
+                raise CalibrationInputError("sample_weight", "weights must not all be zero")
+            train.sort()
+            model = type(self)(**self.get_params())
+            model.x_thresholds_, y = _fit_keys(train)
+            model.y_thresholds_ = keep_off_edges(y, self.min_probability, train.shape[0])
             out[test] = model._predict(scores[test])
         return out
 
