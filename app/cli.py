@@ -15,7 +15,7 @@ import sys
 import tempfile
 
 from . import __version__
-from .config import get_settings
+from .config import check_predictor_url, get_settings
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -48,6 +48,11 @@ def _serve(args: argparse.Namespace) -> int:
     engine.dispose()
     predictor = args.predictor or (f"http://{args.predictor_host}" if args.predictor_host else None)
     if predictor:  # transformer mode's default predictor, read by every worker's app
+        try:
+            check_predictor_url(predictor)
+        except ValueError as error:
+            print(f"calibd: --predictor {predictor}: {error}", file=sys.stderr)
+            return 2
         os.environ["CALIBD_PREDICTOR_URL"] = predictor
         get_settings.cache_clear()
         print(f"calibd: transformer mode: /v2 infer requests without scores go to {predictor}", file=sys.stderr)
@@ -701,6 +706,23 @@ def _import(args: argparse.Namespace) -> int:
     return 0
 
 
+def _predictor(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        if args.delete:
+            out = client.delete_predictor(args.name)
+        elif args.set:
+            out = client.set_predictor(args.name, args.set, model=args.model, output=args.output_name)
+        else:
+            out = client.predictor(args.name)
+    effective = out["effective"]
+    if effective is None:
+        print(f"{args.name}: no predictor (its /v2 infer requests need scores)")
+    else:
+        source = "stored with the calibrator" if effective["source"] == "calibrator" else f"from {effective['source']}"
+        print(f"{args.name}: {effective['url']}, model {effective['model']}, output {effective['output']} ({source})")
+    return 0
+
+
 def _list(args: argparse.Namespace) -> int:
     with _client(args) as client:
         items = list(client.calibrators())
@@ -805,6 +827,17 @@ def add_client_commands(commands) -> None:
 
     command("list", _list, "list the calibrators")
 
+    predictor = command("predictor", _predictor, "show, set or remove the predictor a calibrator forwards to (transformer mode)",
+                        "A calibrator's /v2 infer requests without scores go to its predictor, an inference protocol "
+                        "server; the one stored with it comes before CALIBD_PREDICTORS and calibd serve --predictor.")
+    predictor.add_argument("name", help="the calibrator's name")
+    change = predictor.add_mutually_exclusive_group()
+    change.add_argument("--set", metavar="URL", help="store this predictor: http(s)://host:port (REST) or grpc://host:port")
+    change.add_argument("--delete", action="store_true", help="remove the stored predictor")
+    predictor.add_argument("--model", help="with --set: the model's name on the predictor (default: the calibrator's)")
+    predictor.add_argument("--output-name", metavar="OUTPUT",
+                           help="with --set: the predictor's output to calibrate (default: CALIBD_PREDICTOR_OUTPUT)")
+
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -822,8 +855,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--grpc-port", type=int, metavar="PORT",
                        help="also serve the inference protocol (KServe v2) over gRPC on this port, in the same processes")
     serve.add_argument("--predictor", metavar="URL",
-                       help="transformer mode: the inference protocol (REST) server whose model outputs calibd calibrates "
-                       "(the default for calibrators without their own in CALIBD_PREDICTORS)")
+                       help="transformer mode: the inference protocol server whose model outputs calibd calibrates, "
+                       "http(s)://host:port (REST) or grpc://host:port (gRPC): the default of calibrators with no "
+                       "predictor stored with them (calibd predictor NAME --set URL) nor in CALIBD_PREDICTORS")
     # The arguments KServe gives a transformer container: the predictor's host:port; the model's name
     # (calibd serves each calibrator under its own); the port to listen on.
     serve.add_argument("--predictor_host", help=argparse.SUPPRESS)

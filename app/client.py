@@ -811,6 +811,26 @@ class _API:
         expect = {"json": "json", "png": "bytes"}.get(format, "text")
         return (yield _Call("GET", f"/calibrators/{_name(name)}/report", params=params, expect=expect)).body
 
+    # -- transformer mode --------------------------------------------------------------------
+    @_operation
+    def predictor(self, name: str) -> Operation:
+        """The calibrator's stored predictor (``stored``, or None) and the one in effect
+        (``effective``: url, model, output and its ``source``; None: /v2 infer requests need scores)."""
+        return (yield _Call("GET", f"/calibrators/{_name(name)}/predictor")).body
+
+    @_operation
+    def set_predictor(self, name: str, url: str, model: str | None = None, output: str | None = None) -> Operation:
+        """Store the model server the calibrator's /v2 infer requests without scores go to:
+        ``http(s)://host:port`` or ``grpc://host:port``; ``model`` defaults to the calibrator's name,
+        ``output`` (the one calibrated) to the server's CALIBD_PREDICTOR_OUTPUT."""
+        body = {"url": url} | ({"model": model} if model is not None else {}) | ({"output": output} if output is not None else {})
+        return (yield _Call("PUT", f"/calibrators/{_name(name)}/predictor", json=body)).body
+
+    @_operation
+    def delete_predictor(self, name: str) -> Operation:
+        """Remove the calibrator's stored predictor (CALIBD_PREDICTORS and the server's default apply again)."""
+        return (yield _Call("DELETE", f"/calibrators/{_name(name)}/predictor")).body
+
     # -- portable calibrators ------------------------------------------------------------------
     @_operation
     def export(self, name: str, version: int | None = None) -> Operation:

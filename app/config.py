@@ -4,18 +4,52 @@ from __future__ import annotations
 
 from datetime import timedelta
 from functools import lru_cache
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
+from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+#: How a predictor is reached: the inference protocol over REST (http, https) or gRPC.
+PREDICTOR_SCHEMES = ("http", "https", "grpc")
+
+
+def check_predictor_url(url: str | None) -> str | None:
+    """A predictor's URL: ``http(s)://host[:port][/prefix]`` (REST) or ``grpc://host:port`` (gRPC),
+    without its trailing slash."""
+    if url is None:
+        return None
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # a port that is not a number raises here
+    except ValueError:
+        raise PydanticCustomError("predictor_url", "is not a URL") from None
+    if parts.scheme not in PREDICTOR_SCHEMES:
+        raise PydanticCustomError("predictor_url", "must be an http://, https:// or grpc:// URL")
+    if not parts.hostname:
+        raise PydanticCustomError("predictor_url", "must name the predictor's host")
+    if parts.query or parts.fragment or parts.username or parts.password:
+        raise PydanticCustomError("predictor_url", "must have no query, fragment or credentials")
+    if parts.scheme == "grpc" and (port is None or parts.path.strip("/")):
+        raise PydanticCustomError("predictor_url", "a gRPC predictor is grpc://host:port, with no path")
+    return url.rstrip("/")
 
 
 class PredictorSetting(BaseModel):
-    """A calibrator's upstream model server (transformer mode): its base URL, the model's name there
+    """A calibrator's upstream model server (transformer mode): its URL, the model's name there
     (default: the calibrator's), and the output to calibrate (default: CALIBD_PREDICTOR_OUTPUT)."""
 
-    url: str
-    model: str | None = None
-    output: str | None = None
+    url: str = Field(max_length=2048, description="http(s)://host[:port][/prefix] (REST) or grpc://host:port (gRPC)")
+    model: str | None = Field(
+        default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,255}$",
+        description="the model's name on the predictor (default: the calibrator's name)",
+    )
+    output: str | None = Field(
+        default=None, min_length=1, max_length=256,
+        description="the predictor's output to calibrate, probabilities or logits (default: CALIBD_PREDICTOR_OUTPUT)",
+    )
+
+    _url = field_validator("url")(check_predictor_url)
 
 
 class Settings(BaseSettings):
@@ -68,17 +102,23 @@ class Settings(BaseSettings):
     #: The address the gRPC port listens on (``calibd serve`` sets it to its --host).
     grpc_host: str = "127.0.0.1"
 
-    #: Transformer mode: the inference protocol (REST) server that every calibrator without an entry in
-    #: ``predictors`` forwards /v2 infer requests without ``scores`` to (``calibd serve --predictor``).
+    # Transformer mode: a calibrator's predictor is, first, the one stored with it (PUT
+    # /calibrators/{name}/predictor, or "predictor" in its fit), then its entry in ``predictors``,
+    # then ``predictor_url``. A /v2 infer request without ``scores`` is forwarded to it.
+    #: The default predictor of every calibrator (``calibd serve --predictor``): an inference protocol
+    #: server, http(s)://host:port (REST) or grpc://host:port (gRPC); the model is the calibrator's name.
     predictor_url: str | None = None
     #: The predictor's output that is calibrated (sklearn's under MLServer: predict_proba).
     predictor_output: str = "predict_proba"
-    #: Per calibrator, its own predictor, as JSON: {"name": {"url": ..., "model": ..., "output": ...}}.
+    #: Per calibrator, a predictor, as JSON: {"name": {"url": ..., "model": ..., "output": ...}}
+    #: (a predictor stored with the calibrator takes precedence).
     predictors: dict[str, PredictorSetting] = Field(default_factory=dict)
     #: Seconds a predictor may take to answer before the caller gets 504.
     predictor_timeout_seconds: float = Field(default=10, gt=0)
     #: Connections kept open to the predictors (requests beyond wait for one, within the timeout).
     predictor_max_connections: int = Field(default=32, gt=0)
+
+    _predictor_url = field_validator("predictor_url")(check_predictor_url)
 
     #: How often the closed-loop recalibration looks at calibrators with a policy.
     recalibration_interval_seconds: float = Field(default=30, gt=0)

@@ -13,8 +13,8 @@ from starlette.concurrency import run_in_threadpool
 
 from . import __version__
 from .api import (
-    calibrate, calibrators, evaluate, feedback, health, inference, keys, observability, problems, recalibration, reports,
-    segments, transfer,
+    calibrate, calibrators, evaluate, feedback, health, inference, keys, observability, predictors, problems, recalibration,
+    reports, segments, transfer,
 )
 from .api.edge import Edge
 from .api.calibrators.fit_pool import FitPool
@@ -153,7 +153,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for module in (
         # Routes are matched router by router, in this order: the serving routes come early.
         calibrators, calibrators.jobs, calibrate, inference, feedback, evaluate, reports, recalibration, transfer, keys,
-        health, observability, segments,
+        health, observability, segments, predictors,
     ):
         app.include_router(module.router)
     # One layer: request id, body limit, duration histogram, access line; and the shortcut to

@@ -1,4 +1,5 @@
-"""A real MLServer (mlserver + mlserver-sklearn from PyPI) serving a scikit-learn classifier on loopback.
+"""A real MLServer (mlserver + mlserver-sklearn from PyPI) serving a scikit-learn classifier on loopback,
+over REST and gRPC.
 
 MLServer lives in a virtualenv of its own, built on first use under .venv-mlserver/ at the root of
 the checkout (kept between runs, rebuilt when the pinned versions change): its dependencies
@@ -69,11 +70,16 @@ class MLServer:
         self.model_name = model_name
         self.train, self.train_args = train, train_args
         self.http_port = free_port()
+        self.grpc_port = free_port()
         self.process: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"grpc://127.0.0.1:{self.grpc_port}"
 
     def __enter__(self) -> MLServer:
         interpreter = python()
@@ -88,7 +94,7 @@ class MLServer:
         (self.folder / "settings.json").write_text(json.dumps({
             "host": "127.0.0.1",
             "http_port": self.http_port,
-            "grpc_port": free_port(),
+            "grpc_port": self.grpc_port,
             "metrics_port": free_port(),
             "parallel_workers": 0,  # inference in the server process itself
             "debug": False,

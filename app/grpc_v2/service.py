@@ -20,7 +20,7 @@ from fastapi import FastAPI
 from ..api.auth import authorize
 from ..api.health import readiness_problem
 from ..api.inference import core
-from ..api.inference.tensors import DTYPES, TensorError, check_shape, datatype_of, elements, from_bytes, to_bytes
+from ..api.inference.tensors import DTYPES, TensorError, check_shape, datatype_of, from_bytes, from_contents, to_bytes
 from ..api.problems import Problem
 from ..api.state import Services
 from ..storage.repository import NoCurrentVersion, NotFound
@@ -55,14 +55,6 @@ CODES = {
     503: grpc.StatusCode.UNAVAILABLE,
     504: grpc.StatusCode.DEADLINE_EXCEEDED,
 }
-
-#: Where each datatype's values sit in InferTensorContents.
-CONTENTS = {
-    "BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
-    "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents", "UINT32": "uint_contents",
-    "UINT64": "uint64_contents", "FP32": "fp32_contents", "FP64": "fp64_contents", "BYTES": "bytes_contents",
-}
-
 
 class InferenceService:
     def __init__(self, app: FastAPI):
@@ -148,16 +140,6 @@ def read_inputs(request: Any) -> list[core.Input]:
             value = from_contents(tensor.contents, datatype, shape, where)
         inputs.append(core.Input(tensor.name, datatype, shape, value))
     return inputs
-
-
-def from_contents(contents: Any, datatype: str, shape: tuple[int, ...], where: str) -> Any:
-    values = getattr(contents, CONTENTS[datatype])
-    if len(values) != elements(shape):
-        raise TensorError(where + "/contents", f"has {len(values)} elements but shape {list(shape)} needs {elements(shape)}")
-    if datatype == "BYTES":
-        return list(values)
-    array = np.array(values, dtype=DTYPES[datatype]).reshape(shape)
-    return array.astype(np.float64) if datatype == "FP32" else array
 
 
 def _status(error: Exception) -> tuple[grpc.StatusCode, str]:

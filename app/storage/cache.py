@@ -1,9 +1,10 @@
 """The in-process view of the registry that keeps /calibrate off the database.
 
-Two maps live in memory:
+Three maps live in memory:
 - ``name -> (uid, current version)``, refreshed by ``refresh()`` (polled about
   twice a second) when the database's registry generation has moved, and
   updated at once by this process's own fits, promotions and deletions;
+- ``name -> stored predictor`` (transformer mode), refreshed and updated the same way;
 - a byte-bounded LRU of loaded calibrators keyed by ``(uid, version)``.
   Versions are immutable and a re-created name gets a new uid, so an entry
   can never be stale; it only ages out.
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..calibration import Calibrator, from_dict
-from . import repository
+from . import predictors, repository
 from .repository import NoCurrentVersion, NotFound, Sessions, VersionHeader, VersionInfo
 
 
@@ -55,6 +56,8 @@ class CalibratorStore:
         self._max_bytes = max_bytes
         self._lock = threading.Lock()
         self._current: dict[str, tuple[str, int | None]] = {}
+        self._predictors: dict[str, dict[str, Any]] = {}
+        self._predictors_read = False
         self._generation: int | None = None
         self._local_changes = 0
         self._loaded: OrderedDict[tuple[str, int], LoadedCalibrator] = OrderedDict()
@@ -73,6 +76,20 @@ class CalibratorStore:
             if loaded is not None:
                 self._loaded.move_to_end(key)
         return loaded
+
+    def predictor(self, name: str) -> dict[str, Any] | None:
+        """The calibrator's stored predictor; None if it has none or is unknown. From memory once
+        ``refresh()`` has read the map (``predictors_known``), else from the database."""
+        if not self._predictors_read:
+            try:
+                return predictors.get_predictor(self._sessions, name)
+            except NotFound:
+                return None
+        return self._predictors.get(name)
+
+    @property
+    def predictors_known(self) -> bool:
+        return self._predictors_read
 
     # -- misses: one database read --------------------------------------------
     def load(self, name: str, version: int | None) -> LoadedCalibrator:
@@ -114,6 +131,15 @@ class CalibratorStore:
     def forget(self, name: str) -> None:
         with self._lock:
             self._current.pop(name, None)
+            self._predictors.pop(name, None)
+            self._local_changes += 1
+
+    def set_predictor(self, name: str, value: dict[str, Any] | None) -> None:
+        with self._lock:
+            if value is None:
+                self._predictors.pop(name, None)
+            else:
+                self._predictors[name] = value
             self._local_changes += 1
 
     # -- other processes' changes ----------------------------------------------
@@ -130,11 +156,14 @@ class CalibratorStore:
         if generation == self._generation:
             return False
         current = repository.current_versions(self._sessions)
+        stored_predictors = predictors.all_predictors(self._sessions)
         with self._lock:
             if local_changes != self._local_changes:
                 self._generation = None
                 return False
             self._current = current
+            self._predictors = stored_predictors
+            self._predictors_read = True
             self._generation = generation
         return True
 

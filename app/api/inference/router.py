@@ -100,7 +100,7 @@ async def _infer(fastapi_app: Any, body: bytes, header_length: str | None, name:
     app = fastapi_app.state.services
     ids, costs = request_parameters(data)
     if not _has_scores(data):
-        predictor = transformer.predictor_for(app.settings, name)
+        predictor = await transformer.predictor_for(app, name)
         if predictor is not None:
             return await _transform(fastapi_app, predictor, name, number, data, binary, ids, costs)
     loaded, outputs = await core.infer(app, name, number, read_inputs(data, binary), ids, costs)
@@ -179,15 +179,20 @@ async def _transform(
     requested = data.get("outputs")
     if isinstance(requested, list):  # the caller's named outputs, and the one calibd calibrates
         names = [o.get("name") for o in requested if isinstance(o, dict)]
-        predictor_side = [{"name": n} for n in names if n not in CALIBD_OUTPUTS]
+        predictor_side = [n for n in names if n not in CALIBD_OUTPUTS]
         if predictor.output not in names:
-            predictor_side.append({"name": predictor.output})
-        forwarded["outputs"] = predictor_side
+            predictor_side.append(predictor.output)
     else:
-        forwarded["outputs"] = [{"name": predictor.output}]
-    if binary is not None:  # as JSON: not every model server takes binary inputs (MLServer does not)
-        forwarded["inputs"] = _json_inputs(data, binary)
-    answer, answer_binary = await transformer.forward(fastapi_app.state.predictor_client, predictor, orjson.dumps(forwarded, option=orjson.OPT_SERIALIZE_NUMPY))
+        predictor_side = [predictor.output]
+    upstreams = fastapi_app.state.predictor_client
+    if predictor.grpc:
+        answer, answer_binary = await transformer.forward_grpc(upstreams, predictor, forwarded, read_inputs(data, binary), predictor_side), None
+    else:
+        forwarded["outputs"] = [{"name": n} for n in predictor_side]
+        if binary is not None:  # as JSON: not every model server takes binary inputs (MLServer does not)
+            forwarded["inputs"] = _json_inputs(data, binary)
+        body = orjson.dumps(forwarded, option=orjson.OPT_SERIALIZE_NUMPY)
+        answer, answer_binary = await transformer.forward(upstreams, predictor, body)
     passthrough, raw = transformer.predictor_outputs(predictor, answer, answer_binary)
     binary_scores = loaded.n_classes == 2 and "binary" in loaded.calibrator.tasks
     scores = transformer.scores_for(loaded.n_classes, binary_scores, raw)

@@ -32,6 +32,13 @@ DTYPES: dict[str, np.dtype] = {
     "FP64": np.dtype("<f8"),
 }
 FLOATS = ("FP32", "FP64")
+#: Where each datatype's values sit in InferTensorContents.
+CONTENTS = {
+    "BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
+    "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents", "UINT32": "uint_contents",
+    "UINT64": "uint64_contents", "FP32": "fp32_contents", "FP64": "fp64_contents", "BYTES": "bytes_contents",
+}
+
 MAX_DIMENSIONS = 8
 
 
@@ -165,3 +172,16 @@ def to_json_data(array: np.ndarray) -> Any:
     if array.dtype.kind == "O":
         return [item.decode() if isinstance(item, bytes) else item for item in array.ravel().tolist()]
     return np.ascontiguousarray(array).ravel()
+
+
+def from_contents(contents: Any, datatype: str, shape: tuple[int, ...], where: str) -> Any:
+    """A gRPC tensor's typed ``contents`` (FP32 widened to float64, as calibd calibrates it)."""
+    if datatype not in CONTENTS:
+        raise TensorError(where + "/contents", f"{datatype} tensors come as raw contents only")
+    values = getattr(contents, CONTENTS[datatype])
+    if len(values) != elements(shape):
+        raise TensorError(where + "/contents", f"has {len(values)} elements but shape {list(shape)} needs {elements(shape)}")
+    if datatype == "BYTES":
+        return list(values)
+    array = np.array(values, dtype=DTYPES[datatype]).reshape(shape)
+    return array.astype(np.float64) if datatype == "FP32" else array

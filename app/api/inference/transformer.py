@@ -1,15 +1,21 @@
-"""Transformer mode: calibd in front of a model server that speaks the inference protocol over REST.
+"""Transformer mode: calibd in front of a model server that speaks the inference protocol.
 
-A calibrator with a predictor (CALIBD_PREDICTORS for that calibrator, else the CALIBD_PREDICTOR_URL
-default of ``calibd serve --predictor``) takes ``/v2/models/{name}/infer`` requests without a
-``scores`` input as the predictor's own requests: the body is forwarded as it came, the predictor's
-named output (probabilities or logits) is calibrated by /calibrate's batch step, and the caller gets
-the predictor's outputs with the calibrated ``probabilities`` added. ``parameters.ids`` log the
+A calibrator with a predictor takes ``/v2/models/{name}/infer`` requests without a ``scores``
+input as the predictor's own requests: they are forwarded, the predictor's named output
+(probabilities or logits) is calibrated by /calibrate's batch step, and the caller gets the
+predictor's outputs with the calibrated ``probabilities`` added. ``parameters.ids`` log the
 calibrated predictions for feedback, as on any /v2 request.
 
-One pooled HTTP client keeps its connections to the predictors alive, bounded in number, each
-request bounded in time. The predictor's failures are 502 (an error or no answer) or 504 (too slow)
-problems naming it; calibd's own errors stay 4xx.
+A calibrator's predictor is, first, the one stored with it (PUT /calibrators/{name}/predictor),
+then its entry in CALIBD_PREDICTORS, then the CALIBD_PREDICTOR_URL default of ``calibd serve
+--predictor``. An ``http(s)://`` predictor is sent the request as JSON (binary inputs written
+out, since not every model server takes them); a ``grpc://host:port`` one gets a ModelInfer with
+``raw_input_contents``, and its outputs come back to the caller as JSON tensors.
+
+One pooled HTTP client keeps its connections to REST predictors alive, bounded in number; each
+gRPC predictor has one channel (one HTTP/2 connection, requests multiplexed on it). Every
+request is bounded in time. The predictor's failures are 502 (an error or no answer) or 504
+(too slow) problems naming it; calibd's own errors stay 4xx.
 """
 
 from __future__ import annotations
@@ -20,52 +26,111 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+import grpc
 import numpy as np
 import orjson
+from starlette.concurrency import run_in_threadpool
 
 from ...config import Settings
+from ...grpc_v2 import SERVICE, ModelInferRequest, ModelInferResponse
 from ..problems import Problem
-from .tensors import DTYPES, check_shape, from_bytes
+from ..state import Services
+from .tensors import DTYPES, check_shape, from_bytes, from_contents, to_bytes, to_json_data
 
 logger = logging.getLogger("calibd")
 
 HEADER_LENGTH = "inference-header-content-length"
 JSON = {"content-type": "application/json"}
+#: Where a predictor came from, most binding first.
+STORED, NAMED, DEFAULT = "calibrator", "CALIBD_PREDICTORS", "CALIBD_PREDICTOR_URL"
 
 
 @dataclass(frozen=True)
 class Predictor:
-    """Where a calibrator's model is served: the server's base URL, the model, and the output to calibrate."""
+    """Where a calibrator's model is served: the server's URL, the model, the output to calibrate,
+    and which setting named it."""
 
     url: str
     model: str
     output: str
+    source: str = STORED
+
+    @property
+    def grpc(self) -> bool:
+        return self.url.startswith("grpc://")
 
     def infer_url(self) -> str:
         return f"{self.url.rstrip('/')}/v2/models/{self.model}/infer"
 
+    @property
+    def where(self) -> str:
+        """The upstream, as errors name it."""
+        return f"{self.url} (ModelInfer of {self.model})" if self.grpc else self.infer_url()
 
-def predictor_for(settings: Settings, name: str) -> Predictor | None:
-    """The calibrator's predictor: its own entry in CALIBD_PREDICTORS, else the server's default."""
+    def as_json(self) -> dict[str, str]:
+        return {"url": self.url, "model": self.model, "output": self.output, "source": self.source}
+
+
+def choose(settings: Settings, name: str, stored: dict[str, Any] | None) -> Predictor | None:
+    """The calibrator's predictor: the one stored with it, else its CALIBD_PREDICTORS entry, else the default."""
+    if stored is not None:
+        return Predictor(stored["url"], stored.get("model") or name, stored.get("output") or settings.predictor_output, STORED)
     own = settings.predictors.get(name)
     if own is not None:
-        return Predictor(own.url, own.model or name, own.output or settings.predictor_output)
+        return Predictor(own.url, own.model or name, own.output or settings.predictor_output, NAMED)
     if settings.predictor_url:
-        return Predictor(settings.predictor_url, name, settings.predictor_output)
+        return Predictor(settings.predictor_url, name, settings.predictor_output, DEFAULT)
     return None
 
 
-def make_client(settings: Settings) -> aiohttp.ClientSession:
-    """The pooled client for every predictor: keep-alive connections, bounded, each request within
-    the timeout. aiohttp rather than httpx: its post took under half the CPU time of httpx's, measured here."""
-    connector = aiohttp.TCPConnector(limit=settings.predictor_max_connections, keepalive_timeout=60)
-    timeout = aiohttp.ClientTimeout(total=settings.predictor_timeout_seconds)
-    return aiohttp.ClientSession(connector=connector, timeout=timeout)
+async def predictor_for(app: Services, name: str) -> Predictor | None:
+    """The predictor a /v2 infer request without scores goes to (from memory once the registry is read)."""
+    store = app.store
+    stored = store.predictor(name) if store.predictors_known else await run_in_threadpool(store.predictor, name)
+    return choose(app.settings, name, stored)
 
 
-async def forward(client: aiohttp.ClientSession, predictor: Predictor, body: bytes) -> tuple[dict, memoryview | None]:
-    """Send the caller's request (JSON) to the predictor; its response's JSON header and binary data."""
+class Upstreams:
+    """The pooled connections to every predictor: an HTTP client for REST ones, a channel per gRPC one."""
+
+    def __init__(self, settings: Settings):
+        # aiohttp rather than httpx: its post took under half the CPU time of httpx's, measured here.
+        connector = aiohttp.TCPConnector(limit=settings.predictor_max_connections, keepalive_timeout=60)
+        self.http = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=settings.predictor_timeout_seconds))
+        self.timeout = settings.predictor_timeout_seconds
+        self._message_bytes = settings.max_body_bytes
+        self._channels: dict[str, tuple[grpc.aio.Channel, Any]] = {}
+
+    def model_infer(self, target: str) -> Any:
+        """The ModelInfer call on the target's channel, opened on first use and kept."""
+        entry = self._channels.get(target)
+        if entry is None:
+            limit = self._message_bytes
+            channel = grpc.aio.insecure_channel(
+                target, options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)]
+            )
+            call = channel.unary_unary(
+                f"/{SERVICE}/ModelInfer",
+                request_serializer=ModelInferRequest.SerializeToString,
+                response_deserializer=ModelInferResponse.FromString,
+            )
+            entry = self._channels[target] = (channel, call)
+        return entry[1]
+
+    async def close(self) -> None:
+        await self.http.close()
+        for channel, _ in self._channels.values():
+            await channel.close()
+
+
+def make_client(settings: Settings) -> Upstreams:
+    return Upstreams(settings)
+
+
+async def forward(upstreams: Upstreams, predictor: Predictor, body: bytes) -> tuple[dict, memoryview | None]:
+    """Send the caller's request (JSON) to a REST predictor; its response's JSON header and binary data."""
     url = predictor.infer_url()
+    client = upstreams.http
     try:
         try:
             status, length, content = await _post(client, url, body)
@@ -88,6 +153,79 @@ async def forward(client: aiohttp.ClientSession, predictor: Predictor, body: byt
         raise Problem(502, f"the predictor {url} answered with a body that is not an inference response") from None
 
 
+async def forward_grpc(
+    upstreams: Upstreams, predictor: Predictor, data: dict[str, Any], inputs: list[Any], outputs: list[str]
+) -> dict[str, Any]:
+    """Send the caller's request to a gRPC predictor as a ModelInfer (inputs as raw contents);
+    its response as the JSON header of a REST response, each output's data written out."""
+    request = ModelInferRequest(model_name=predictor.model, id=data.get("id") or "")
+    _parameters(request.parameters, data.get("parameters"))
+    for tensor, parsed in zip(data["inputs"], inputs):
+        sent = request.inputs.add(name=parsed.name, datatype=parsed.datatype, shape=parsed.shape)
+        _parameters(sent.parameters, tensor.get("parameters"))
+        value = parsed.value
+        if parsed.datatype == "BYTES":
+            value = np.array([v if isinstance(v, bytes) else v.encode() for v in value], dtype=object)
+        else:  # the caller's own datatype (calibd reads FP32 as float64; the values are exact in FP32)
+            value = np.asarray(value).astype(DTYPES[parsed.datatype], copy=False)
+        request.raw_input_contents.append(to_bytes(value))
+    for output in outputs:
+        request.outputs.add(name=output)
+    try:
+        response = await upstreams.model_infer(predictor.url.removeprefix("grpc://"))(request, timeout=upstreams.timeout)
+    except grpc.aio.AioRpcError as error:
+        code = error.code()
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            raise Problem(504, f"the predictor {predictor.where} did not answer in time") from None
+        if code == grpc.StatusCode.UNAVAILABLE:
+            raise Problem(502, f"the predictor {predictor.where} could not be reached: {(error.details() or '')[:300]}") from None
+        raise Problem(502, f"the predictor {predictor.where} answered {code.name}: {(error.details() or '')[:300]}") from None
+    return _grpc_header(predictor, response)
+
+
+def _parameters(target: Any, given: Any) -> None:
+    """The caller's scalar parameters as InferParameters (lists, such as ``ids``, stay with calibd)."""
+    if not isinstance(given, dict):
+        return
+    for key, value in given.items():
+        if key == "binary_data_size":
+            continue
+        if type(value) is bool:
+            target[key].bool_param = value
+        elif type(value) is int and -(2**63) <= value < 2**63:
+            target[key].int64_param = value
+        elif isinstance(value, str):
+            target[key].string_param = value
+
+
+def _grpc_header(predictor: Predictor, response: Any) -> dict[str, Any]:
+    raw = response.raw_output_contents
+    if raw and len(raw) != len(response.outputs):
+        raise Problem(502, f"the predictor {predictor.where} answered {len(raw)} raw contents for {len(response.outputs)} outputs")
+    outputs = []
+    for position, tensor in enumerate(response.outputs):
+        where = f"/outputs/{position}"
+        try:
+            shape = check_shape(list(tensor.shape), where)
+            if raw:
+                value = from_bytes(raw[position], tensor.datatype, shape, where)
+            else:
+                value = from_contents(tensor.contents, tensor.datatype, shape, where)
+        except (Problem, KeyError) as error:
+            detail = getattr(error, "detail", f"datatype {tensor.datatype!r}")
+            raise Problem(502, f"the predictor {predictor.where} answered a malformed output: {detail}") from None
+        if tensor.datatype == "BYTES":
+            value = np.array(value, dtype=object)
+        elif tensor.datatype == "FP32":
+            value = value.astype(np.float32, copy=False)  # as it was sent
+        out = {"name": tensor.name, "datatype": tensor.datatype, "shape": list(shape), "data": to_json_data(value)}
+        parameters = {key: getattr(p, p.WhichOneof("parameter_choice")) for key, p in tensor.parameters.items() if p.WhichOneof("parameter_choice")}
+        if parameters:
+            out["parameters"] = parameters
+        outputs.append(out)
+    return {"model_name": response.model_name, "model_version": response.model_version, "outputs": outputs}
+
+
 async def _post(client: aiohttp.ClientSession, url: str, body: bytes) -> tuple[int, str | None, bytes]:
     async with client.post(url, data=body, headers=JSON) as response:
         return response.status, response.headers.get(HEADER_LENGTH), await response.read()
@@ -108,18 +246,18 @@ def predictor_outputs(predictor: Predictor, header: dict, binary: memoryview | N
     as float64, the one named to be calibrated."""
     outputs = header.get("outputs")
     if not isinstance(outputs, list):
-        raise Problem(502, f"the predictor {predictor.infer_url()} answered without outputs")
+        raise Problem(502, f"the predictor {predictor.where} answered without outputs")
     kept: list[tuple[dict, bytes | None]] = []
     chosen = None
     offset = 0
     for tensor in outputs:
         if not isinstance(tensor, dict):
-            raise Problem(502, f"the predictor {predictor.infer_url()} answered with a malformed output")
+            raise Problem(502, f"the predictor {predictor.where} answered with a malformed output")
         size = (tensor.get("parameters") or {}).get("binary_data_size")
         blob = None
         if size is not None:
             if binary is None or offset + size > len(binary):
-                raise Problem(502, f"the predictor {predictor.infer_url()} answered with truncated binary data")
+                raise Problem(502, f"the predictor {predictor.where} answered with truncated binary data")
             blob = bytes(binary[offset : offset + size])
             offset += size
         if tensor.get("name") == predictor.output:
@@ -127,7 +265,7 @@ def predictor_outputs(predictor: Predictor, header: dict, binary: memoryview | N
         kept.append((tensor, blob))
     if chosen is None:
         names = [t.get("name") for t, _ in kept]
-        raise Problem(502, f"the predictor {predictor.infer_url()} answered without the output {predictor.output!r} (it gave {names})")
+        raise Problem(502, f"the predictor {predictor.where} answered without the output {predictor.output!r} (it gave {names})")
     return kept, chosen
 
 
@@ -142,7 +280,7 @@ def _as_scores(predictor: Predictor, tensor: dict, blob: bytes | None) -> np.nda
         return np.asarray(tensor.get("data"), dtype=np.float64).reshape(shape)
     except (Problem, ValueError, TypeError) as error:
         detail = getattr(error, "detail", str(error))
-        raise Problem(502, f"the predictor {predictor.infer_url()}'s output {predictor.output!r} is not a numeric tensor: {detail}") from None
+        raise Problem(502, f"the predictor {predictor.where}'s output {predictor.output!r} is not a numeric tensor: {detail}") from None
 
 
 def scores_for(calibrator_classes: int, binary_input: bool, values: np.ndarray) -> np.ndarray:

@@ -1,0 +1,3 @@
+from .router import router
+
+__all__ = ["router"]
