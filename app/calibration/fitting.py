@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,19 +55,20 @@ def summary_metrics(probabilities: np.ndarray, labels: np.ndarray, weights: np.n
 def holdout_evaluation(before: np.ndarray, after: np.ndarray, labels: np.ndarray, weights: np.ndarray | None) -> dict[str, Any]:
     """``evaluate`` before and after, as ``POST /evaluate`` gives it, on at most
     SUMMARY_EVALUATE_ROWS rows (a seeded uniform draw without replacement, in row order)."""
+    evaluated, rows_used, subsample = evaluate_subsample(before, labels, weights)
+    return {"before": evaluated, "after": evaluate_subsample(after, labels, weights)[0], "rows_used": rows_used, "subsample": subsample}
+
+
+def evaluate_subsample(probabilities: np.ndarray, labels: np.ndarray, weights: np.ndarray | None) -> tuple[dict[str, Any], int, dict | None]:
+    """One side of ``holdout_evaluation``: (``evaluate`` of the rows, how many, the subsample's description)."""
     n = labels.shape[0]
     subsample = None
     if n > SUMMARY_EVALUATE_ROWS:
         rows = np.sort(np.random.default_rng(SUMMARY_EVALUATE_SEED).choice(n, SUMMARY_EVALUATE_ROWS, replace=False))
-        before, after, labels = before[rows], after[rows], labels[rows]
+        probabilities, labels = probabilities[rows], labels[rows]
         weights = None if weights is None else weights[rows]
         subsample = {"rows": n, "seed": SUMMARY_EVALUATE_SEED, "draw": "uniform without replacement"}
-    return {
-        "before": evaluate(before, labels, weights),
-        "after": evaluate(after, labels, weights),
-        "rows_used": int(labels.shape[0]),
-        "subsample": subsample,
-    }
+    return evaluate(probabilities, labels, weights), int(labels.shape[0]), subsample
 
 
 def raw_probabilities(scores: np.ndarray, input: str, calibrator: Calibrator) -> np.ndarray:
@@ -89,16 +91,16 @@ def holdout_fingerprint(
     extra arrays by name (all little-endian, each preceded by its shape)."""
     digest = hashlib.sha256()
     digest.update(repr(scores.shape).encode())
-    digest.update(np.ascontiguousarray(scores, dtype="<f8").tobytes())
-    digest.update(np.ascontiguousarray(labels, dtype="<i8").tobytes())
+    digest.update(np.ascontiguousarray(scores, dtype="<f8"))  # the buffer itself, not a copy
+    digest.update(np.ascontiguousarray(labels, dtype="<i8"))
     if sample_weight is not None:
-        digest.update(np.ascontiguousarray(sample_weight, dtype="<f8").tobytes())
+        digest.update(np.ascontiguousarray(sample_weight, dtype="<f8"))
     for name in sorted(arrays or {}):
         digest.update(f"{name}{arrays[name].shape}".encode())
         if hasattr(arrays[name], "digest"):  # named columns (app.calibration.columns)
             digest.update(arrays[name].digest())
         else:
-            digest.update(np.ascontiguousarray(arrays[name], dtype="<f8").tobytes())
+            digest.update(np.ascontiguousarray(arrays[name], dtype="<f8"))
     return digest.hexdigest()
 
 
@@ -130,32 +132,40 @@ def fit_calibrator(
     calibrator = get_method(method).from_options(input, options)
     scores, labels, weights, names = calibrator.check_holdout_arrays(scores, labels, sample_weight, classes, max_samples)
     extras = check_arrays(arrays or {}, calibrator.fit_arrays, scores.shape[0])
-    report(0.05, "fitting")
-    fit_started = time.perf_counter()
-    calibrator._fit(scores, labels, weights, **extras)
-    calibrator.n_classes_ = n_classes_of(scores, calibrator.tasks)
-    try:  # the checks an imported calibrator must pass too
-        calibrator.check_state()
-    except CalibrationInputError as error:
-        raise CalibrationInputError("scores", f"the fit on this holdout gives an unusable calibrator ({error})") from None
-    summary_started = time.perf_counter()
-    report(0.2, "cross-fitting")
-    out_of_fold, out_of_fold_extras = cross_val_predict_details(
-        calibrator, scores, labels, weights, CROSS_FIT_SPLITS, CROSS_FIT_SEED, arrays=extras,
-        on_fold=lambda k, n: report(0.2 + 0.65 * k / n, f"cross-fitted fold {k} of {n}"),
-    )
-    reused = out_of_fold is getattr(getattr(calibrator, "out_of_fold_", None), "predictions", None)
-    report(0.85, "evaluating")
-    # The method's own items first: they may replace the fit after seeing its cross-fitted
-    # figures (selective's guard), and then describe what is served in ``out_of_fold``.
-    method_summary = calibrator.cross_fit_summary(out_of_fold, out_of_fold_extras, scores, labels, weights, extras)
     raw = raw_probabilities(scores, input, calibrator)
     given_weights = None if sample_weight is None else weights
+    # What does not depend on the fit runs beside it, on a second thread (hashing and
+    # numpy release the GIL): the fingerprint, and the metrics before calibration.
+    with ThreadPoolExecutor(max_workers=1) as beside:
+        fingerprint = beside.submit(holdout_fingerprint, scores, labels, given_weights, extras)
+        before = beside.submit(lambda: (summary_metrics(raw, labels, given_weights), evaluate_subsample(raw, labels, given_weights)))
+        report(0.05, "fitting")
+        fit_started = time.perf_counter()
+        calibrator._fit(scores, labels, weights, **extras)
+        calibrator.n_classes_ = n_classes_of(scores, calibrator.tasks)
+        try:  # the checks an imported calibrator must pass too
+            calibrator.check_state()
+        except CalibrationInputError as error:
+            raise CalibrationInputError("scores", f"the fit on this holdout gives an unusable calibrator ({error})") from None
+        summary_started = time.perf_counter()
+        report(0.2, "cross-fitting")
+        out_of_fold, out_of_fold_extras = cross_val_predict_details(
+            calibrator, scores, labels, weights, CROSS_FIT_SPLITS, CROSS_FIT_SEED, arrays=extras,
+            on_fold=lambda k, n: report(0.2 + 0.65 * k / n, f"cross-fitted fold {k} of {n}"),
+        )
+        reused = out_of_fold is getattr(getattr(calibrator, "out_of_fold_", None), "predictions", None)
+        report(0.85, "evaluating")
+        # The method's own items first: they may replace the fit after seeing its cross-fitted
+        # figures (selective's guard), and then describe what is served in ``out_of_fold``.
+        method_summary = calibrator.cross_fit_summary(out_of_fold, out_of_fold_extras, scores, labels, weights, extras)
+        after = summary_metrics(out_of_fold, labels, given_weights)
+        evaluated_after = evaluate_subsample(out_of_fold, labels, given_weights)[0]
+        before_metrics, (evaluated_before, rows_used, subsample) = before.result()
     summary = {
-        "before": summary_metrics(raw, labels, given_weights),
-        "after": summary_metrics(out_of_fold, labels, given_weights),
+        "before": before_metrics,
+        "after": after,
         # Every metric and the reliability diagram, as POST /evaluate gives them, for reports.
-        "holdout": holdout_evaluation(raw, out_of_fold, labels, given_weights),
+        "holdout": {"before": evaluated_before, "after": evaluated_after, "rows_used": rows_used, "subsample": subsample},
         "cross_fit": {
             "n_splits": CROSS_FIT_SPLITS,
             "seed": CROSS_FIT_SEED,
@@ -174,7 +184,7 @@ def fit_calibrator(
         calibrator=calibrator,
         summary=summary,
         n_samples=int(scores.shape[0]),
-        holdout_sha256=holdout_fingerprint(scores, labels, given_weights, extras),
+        holdout_sha256=fingerprint.result(),
         fit_seconds=finished - started,
         classes=names,
     )
