@@ -216,3 +216,69 @@ def test_large_holdout_summary_evaluates_a_subsample_and_says_so():
     assert again.summary["holdout"] == holdout  # the same rows every time
     small = fitting.fit_calibrator("isotonic", "probability", None, scores[:2000], labels[:2000]).summary["holdout"]
     assert small["rows_used"] == 2000 and small["subsample"] is None
+
+
+@pytest.mark.parametrize("scale", ["probability", "small logits"])
+@pytest.mark.parametrize("ties", [False, True])
+def test_the_key_sort_fit_and_cross_fit_match_sklearn_and_the_general_path(scale, ties, monkeypatch):
+    """Unit weights, 0/1 labels and |score| < 2 take the int64-key path (one sort of keys holding
+    the score's bits and the label): the same thresholds as scikit-learn's IsotonicRegression and as
+    the general path (forced by weights of 2), and out-of-fold predictions equal to a plain refit per fold, on one thread or several."""
+    from app.calibration import auto, isotonic
+    from app.calibration.crossfit import stratified_folds
+
+    rng = np.random.default_rng(3)
+    n = 40_000
+    scores = rng.uniform(0, 1, n) if scale == "probability" else rng.uniform(-1.99, 1.99, n)
+    if ties:
+        scores = np.round(scores, 2)
+    scores[:25] = -0.0 if scale == "small logits" else 0.0  # -0.0 ties with 0.0
+    scores[25:50] = 0.0
+    p = scores if scale == "probability" else 1 / (1 + np.exp(-2 * scores))
+    labels = (rng.random(n) < p**2).astype(np.int8)
+    input = "probability" if scale == "probability" else "logit"
+    assert isotonic._unit_keys(scores, labels) is not None
+    ours = IsotonicCalibrator(input=input, min_probability=0)
+    ours._fit(scores, labels, np.ones(n))
+    reference = IsotonicRegression(out_of_bounds="clip").fit(scores, labels)
+    np.testing.assert_array_equal(ours.x_thresholds_, reference.X_thresholds_ + 0.0)
+    np.testing.assert_allclose(ours.y_thresholds_, reference.y_thresholds_, rtol=0, atol=1e-12)
+    # The general path (argsort, pooled sums), forced by weights of 2: the same floats (2k / 2n = k / n).
+    general = IsotonicCalibrator(input=input, min_probability=0)
+    general._fit(scores, labels, np.full(n, 2.0))
+    np.testing.assert_array_equal(ours.x_thresholds_, general.x_thresholds_)
+    np.testing.assert_array_equal(ours.y_thresholds_, general.y_thresholds_)
+    folds = stratified_folds(labels, 5, 0)
+    calibrator = IsotonicCalibrator(input=input)
+    threaded = calibrator.cross_val_predictions(scores, labels, np.ones(n), folds, 5)
+    monkeypatch.setattr(auto, "available_threads", lambda: 1)
+    one_thread = calibrator.cross_val_predictions(scores, labels, np.ones(n), folds, 5)
+    assert np.array_equal(threaded, one_thread)
+    for fold in range(5):
+        test = folds == fold
+        refit = IsotonicCalibrator(input=input)
+        refit._fit(scores[~test], labels[~test], 2.0 * np.ones(np.count_nonzero(~test)))
+        assert np.array_equal(threaded[test], refit._predict(scores[test]))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_pav_kernel_and_trimming_match_scipy_isotonic_regression(seed):
+    """``_thresholds`` calls SciPy's PAV kernel directly and trims from its blocks; the result is
+    the trimming of ``scipy.optimize.isotonic_regression``'s full fit, float for float."""
+    from scipy.optimize import isotonic_regression
+
+    from app.calibration.isotonic import _thresholds
+
+    rng = np.random.default_rng(seed)
+    k = int(rng.integers(1, 3000))
+    x = np.sort(rng.choice(10 * k + 10, k, replace=False)).astype(np.float64)
+    total = rng.integers(1, 4, k).astype(np.float64)
+    positive = np.minimum(total, rng.integers(0, 4, k)).astype(np.float64)
+    if seed % 3 == 0:  # long flat runs
+        positive = np.where(rng.random(k) < 0.5, 0.0, total)
+    fitted = isotonic_regression(positive / total, weights=total).x
+    keep = np.ones(k, dtype=bool)
+    keep[1:-1] = (fitted[1:-1] != fitted[:-2]) | (fitted[1:-1] != fitted[2:])
+    x_thresholds, y_thresholds = _thresholds(x, total.copy(), positive.copy())
+    np.testing.assert_array_equal(x_thresholds, x[keep])
+    np.testing.assert_array_equal(y_thresholds, np.clip(fitted[keep], 0.0, 1.0))
