@@ -12,13 +12,21 @@ built before the clock starts, as a warehouse export would be. The JSON server's
 body limit is raised (CALIBD_MAX_BODY_BYTES) to take the ~100 MB body. Peak RSS is
 VmHWM of the serving process, and of its fit worker. Target: Parquet at least 5x
 faster end to end.
+
+Then where the time goes: the fit worker's own work (``run_fit``) on the same two
+bodies, in this process, as CPU seconds per phase (each phase's thread time; the
+cross-fit's folds kept on one thread so that they are attributed), beside the same
+phases measured before the isotonic fit and its summary were reworked.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import io
+import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -82,6 +90,76 @@ def one_fit(kind: str, server: Server, http: httpx.Client, json_body: bytes, par
             "sha": detail["holdout_sha256"], "parameters": detail["parameters"]}
 
 
+#: The phases of ``run_fit`` profiled, as (owner module or class path, attribute, row label).
+PHASES = (
+    ("app.api.calibrators.fit_pool", "_parse", "read the body: JSON parse and request validation, or the Parquet columns"),
+    ("app.calibration.base:Calibrator", "check_holdout_arrays", "validate the arrays (JSON: the lists become arrays here)"),
+    ("app.calibration.isotonic:IsotonicCalibrator", "_fit", "isotonic fit (the calibrator served)"),
+    ("app.calibration.crossfit", "stratified_folds", "stratified folds"),
+    ("app.calibration.isotonic:IsotonicCalibrator", "cross_val_predictions", "5-fold cross-fit (out-of-fold predictions)"),
+    ("app.calibration.fitting", "summary_metrics", "headline metrics before and after, every row"),
+    ("app.calibration.fitting", "evaluate_subsample", "every metric before and after, 200,000-row subsample"),
+    ("app.calibration.fitting", "holdout_fingerprint", "holdout fingerprint (sha256)"),
+)
+
+#: The same phases at commit 6f627a8, before the isotonic fit and its summary were reworked: CPU
+#: seconds, medians of 2 runs of this profile (load average 6 to 8). That code had one thread.
+BEFORE = {
+    "json": [0.71, 0.60, 0.55, 0.25, 1.53, 0.48, 0.25, 0.12, 4.70],
+    "parquet": [0.05, 0.14, 0.61, 0.38, 2.07, 0.49, 0.21, 0.15, 4.28],
+}
+
+
+def profile_phases(json_body: bytes, parquet_body: bytes) -> dict[str, list[float]]:
+    """CPU seconds of each of PHASES in ``run_fit``, then the whole process's CPU and the wall time of an
+    ordinary (threaded) run, for each body."""
+    import importlib
+
+    import app.calibration.auto as auto
+    from app.api.calibrators import fit_pool
+
+    spent: dict[str, float] = {}
+    originals = []
+    for where, name, label in PHASES:
+        module, _, cls = where.partition(":")
+        owner = importlib.import_module(module)
+        owner = getattr(owner, cls) if cls else owner
+        original = owner.__dict__[name] if cls else getattr(owner, name)
+        originals.append((owner, name, original))
+
+        def timed(*args, __original=original, __label=label, **kwargs):
+            started = time.thread_time()
+            try:
+                return __original(*args, **kwargs)
+            finally:
+                spent[__label] = spent.get(__label, 0.0) + time.thread_time() - started
+
+        setattr(owner, name, functools.wraps(original)(timed))
+    out: dict[str, list[float]] = {}
+    threads = auto.available_threads
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            paths = {"json": os.path.join(folder, "holdout.json"), "parquet": os.path.join(folder, "holdout.parquet")}
+            for kind, body in (("json", json_body), ("parquet", parquet_body)):
+                Path(paths[kind]).write_bytes(body)
+            jobs = {"json": fit_pool.FitJob(body_file=paths["json"]),
+                    "parquet": fit_pool.FitJob(fields={"name": "bench", "method": "isotonic"}, file=paths["parquet"])}
+            for kind, job in jobs.items():
+                auto.available_threads = lambda: 1  # the folds on this thread, to be attributed
+                spent.clear()
+                assert "result" in fit_pool.run_fit(job)
+                phases = [spent.get(label, 0.0) for _, _, label in PHASES]
+                auto.available_threads = threads
+                cpu, wall = time.process_time(), time.perf_counter()
+                assert "result" in fit_pool.run_fit(job)
+                out[kind] = [*phases, time.process_time() - cpu, time.perf_counter() - wall]
+    finally:
+        auto.available_threads = threads
+        for owner, name, original in originals:
+            setattr(owner, name, original)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=5_000_000, help="holdout rows")
@@ -119,6 +197,10 @@ def main() -> None:
     def med(kind: str, key: str) -> float:
         return median([p[kind][key] for p in runs])
 
+    from app.calibration.auto import available_threads
+
+    profile = profile_phases(json_body, parquet_body)
+    profile_load = os.getloadavg()[0]
     command = f"benchmarks/parquet_fit.py --rows {args.rows} --runs {args.runs}"
     section = "\n".join([
         f"## Parquet against JSON: POST /calibrators, isotonic, {args.rows:,} rows",
@@ -140,6 +222,24 @@ def main() -> None:
         "cross-fitted summary (5-fold out-of-fold predictions and the headline metrics before and after, of every row; "
         "every other metric of a 200,000-row subsample) are the same work for both bodies and bound the end-to-end ratio. Same holdout fingerprint and parameters both ways: "
         f"{'yes' if same else 'NO'}.",
+        "",
+        "The fit worker runs at SCHED_IDLE (it yields the CPU to every other task, so that fits never slow serving): "
+        f"at load {os.getloadavg()[0]:.1f} the Parquet POST took {med('parquet', 'seconds'):.2f} s of wall time for "
+        f"{med('parquet', 'cpu'):.2f} s of CPU, the JSON one {med('json', 'seconds'):.2f} s for {med('json', 'cpu'):.2f} s "
+        f"(CPU ratio JSON / Parquet {med('json', 'cpu') / med('parquet', 'cpu'):.2f}x; the JSON client also spends about a "
+        "second and a half sending its body). On a loaded machine the wall times measure the load as much as calibd.",
+        "",
+        f"Where the fit worker's time goes (`run_fit` on the same bodies, in the benchmark process after the servers stopped, "
+        f"load average {profile_load:.1f}): CPU seconds per phase, the cross-fit's folds on one thread so that they are "
+        "attributed; before: commit 6f627a8, the same profile.",
+        "",
+        "| phase | JSON, before | JSON, now | Parquet, before | Parquet, now |",
+        "|---|---:|---:|---:|---:|",
+        *(f"| {label} | {BEFORE['json'][i]:.2f} | {profile['json'][i]:.2f} | {BEFORE['parquet'][i]:.2f} | {profile['parquet'][i]:.2f} |"
+          for i, (_, _, label) in enumerate(PHASES)),
+        f"| the whole run_fit, CPU of every thread (now: folds on {available_threads()} threads) | "
+        f"{BEFORE['json'][-1]:.2f} | {profile['json'][-2]:.2f} | {BEFORE['parquet'][-1]:.2f} | {profile['parquet'][-2]:.2f} |",
+        f"| the whole run_fit, wall (now) | | {profile['json'][-1]:.2f} | | {profile['parquet'][-1]:.2f} |",
     ])
     print(section)
     write_results("parquet_fit", section, [
