@@ -144,33 +144,3 @@ def test_two_apps_in_one_process_hold_separate_leases(fresh_database):
         assert loop_store.claim(sessions, calibrator_id, services[1].owner) is None
         loop_store.release(sessions, calibrator_id, services[0].owner)
         assert loop_store.claim(sessions, calibrator_id, services[1].owner) is not None
-
-
-
-def test_a_version_fitted_on_features_is_not_refitted_on_scores_alone(live, name):
-    """Feedback keeps no feature values; a scores-only refit would refuse the features clients send."""
-    rng = np.random.default_rng(4)
-    country = rng.choice(["br", "us", "in"], 3000)
-    z, y = stream(3000, 3)
-    fit = {"name": name, "method": "multicalibration", "input": "logit",
-           "holdout": {"scores": z.tolist(), "labels": y.tolist(), "features": {"country": country.tolist()}}}
-    assert live.post("/calibrators", json=fit).status_code == 201
-    policy = {"trigger": "schedule", "schedule_hours": 0.0001, "refit_rows": 1000, "min_refit_rows": 500,
-              "shadow_rows": 1000, "margin": 0.001}
-    assert live.put(f"/calibrators/{name}/recalibration", json=policy).status_code == 200
-    for batch in range(25):
-        zb, yb = stream(1000, 300 + batch)
-        cb = rng.choice(["br", "us", "in"], 1000)
-        served = live.post("/calibrate", json={"calibrator": name, "scores": zb.tolist(),
-                                               "features": {"country": cb.tolist()}}).json()
-        body = {"calibrator": name, "version": served["version"], "probabilities": served["probabilities"],
-                "scores": zb.tolist(), "labels": yb.tolist()}
-        assert live.post("/feedback", json=body).status_code == 202
-        if events(live, name):
-            break
-        time.sleep(0.4)
-    state = live.get(f"/calibrators/{name}/recalibration").json()
-    assert client_events(state)[0] == ("kept", None), state
-    assert "fitted on features" in state["events"][-1]["reason"]
-    assert live.get(f"/calibrators/{name}").json()["current_version"] == 1
-    assert live.post("/calibrate", json={"calibrator": name, "scores": [0.1], "features": {"country": ["br"]}}).status_code == 200

@@ -2,9 +2,13 @@
 
 1. When the current version's drift alarm fires (or on a schedule), refit the
    current method on recent labelled feedback that carries raw scores, and
-   store the fit as a candidate version (``promote: false``).
+   store the fit as a candidate version (``promote: false``). A version fitted
+   on named features (multicalibration, or auto given features) is refitted on
+   the features kept with the rows (logged by /calibrate with ids, or sent with
+   self-contained /feedback); rows without them are left out, and counted.
 2. Score the candidate in shadow on the next labelled rows served by the
-   current version: it never saw them.
+   current version (with their features, for a candidate fitted on them): it
+   never saw them.
 3. Promote it only if its log-loss is lower by the policy's margin with a
    paired bootstrap interval clear of zero (monitoring.recalibration);
    otherwise keep the current version and record why.
@@ -26,7 +30,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from ..calibration.multicalibration import stored_feature_columns
+from ..calibration import CalibrationInputError, Calibrator, get_method
+from ..calibration.multicalibration import MulticalibrationCalibrator
 from ..monitoring.recalibration import compare_log_loss
 from ..storage import feedback as feedback_store
 from ..storage import recalibration as loop_store
@@ -127,6 +132,40 @@ async def _step(app: Services, calibrator_id: int, name: str, state: dict[str, A
     return await _maybe_promote(app, calibrator_id, name, policy, current, state)
 
 
+def fitted_features(calibrator: Calibrator) -> list[str] | None:
+    """The named feature columns a fitted version takes: None when it was fitted without features;
+    [] when fitted with features it does not name (auto that chose a method which ignores them)."""
+    chosen = getattr(calibrator, "calibrator_", None)  # auto: the method it chose
+    if chosen is not None and "features" not in getattr(calibrator, "arrays_", ()):
+        return None
+    model = chosen if chosen is not None else calibrator
+    if isinstance(model, MulticalibrationCalibrator):
+        return [column["name"] for column in model.model_["features"]] or None
+    return [] if chosen is not None else None
+
+
+def feature_columns(features: list[dict | None], names: list[str]) -> tuple[list[int], dict[str, list]]:
+    """The rows (positions) whose features hold every one of ``names`` (none given: the newest row's
+    columns), and those columns, column-wise as a fit or predict takes them."""
+    if not names:
+        names = list(next((f for f in reversed(features) if f), {}))
+    keep = [i for i, row in enumerate(features) if row and all(name in row for name in names)]
+    return keep, {name: [features[i][name] for i in keep] for name in names}
+
+
+def _takes_features(method: str, input_kind: str, options: dict[str, Any]) -> bool:
+    """Whether ``method`` with these options fits on named features."""
+    try:
+        spec = get_method(method).from_options(input_kind, options).fit_arrays.get("features")
+    except CalibrationInputError:
+        return False  # the fit request reports the bad method or options
+    return spec is not None and spec.columns
+
+
+async def _loaded_calibrator(app: Services, name: str, version: int) -> Calibrator:
+    return (app.store.get(name, version) or await run_in_threadpool(app.store.load, name, version)).calibrator
+
+
 async def _maybe_refit(app, calibrator_id, name, policy, current, state) -> dict[str, Any]:
     now = utcnow()
     alarm = (await run_in_threadpool(feedback_store.drift_state, app.sessions, calibrator_id, current.version))["alarm"]
@@ -134,50 +173,65 @@ async def _maybe_refit(app, calibrator_id, name, policy, current, state) -> dict
     triggered = (policy.trigger != "schedule" and alarm) or (policy.trigger != "alarm" and scheduled)
     if not triggered:
         return {}
-    scores, labels, newest = await run_in_threadpool(loop_store.recent_labelled, app.sessions, calibrator_id, policy.refit_rows)
-    if len(labels) < policy.min_refit_rows:
-        return {}  # wait for more labelled feedback with raw scores
-    if current.classes is not None:
-        labels = [current.classes[label] for label in labels]
     method = policy.method or current.method
     options = policy.options if policy.options is not None else current.parameters.get("params", {})
     options = {k: v for k, v in options.items() if k != "input"}
-    body = {
-        "name": name, "method": method, "input": current.input_kind, "options": options, "promote": False,
-        "holdout": {"scores": scores, "labels": labels, **({"classes": current.classes} if current.classes else {})},
-    }
+    # A version fitted on features is refitted on the rows' features, as /calibrate and /feedback kept them.
+    names = fitted_features(await _loaded_calibrator(app, name, current.version))
+    if names is not None and not _takes_features(method, current.input_kind, options):
+        names = None
+    rows, newest = await run_in_threadpool(
+        loop_store.recent_labelled, app.sessions, calibrator_id, policy.refit_rows, names is not None
+    )
+    scores, labels, arrays, left_out = rows.scores, rows.labels, {}, 0
+    if names is not None:
+        keep, arrays["features"] = feature_columns(rows.features, names)
+        left_out = len(labels) - len(keep)
+        scores, labels = [scores[i] for i in keep], [labels[i] for i in keep]
+    if len(labels) < policy.min_refit_rows:
+        return {}  # wait for more labelled feedback with raw scores (and features)
+    if current.classes is not None:
+        labels = [current.classes[label] for label in labels]
+    holdout = {"scores": scores, "labels": labels, **arrays, **({"classes": current.classes} if current.classes else {})}
+    body = {"name": name, "method": method, "input": current.input_kind, "options": options, "promote": False, "holdout": holdout}
     why = "the drift alarm fired" if alarm and policy.trigger != "schedule" else "the schedule came round"
-    if method == current.method and stored_feature_columns(current.parameters):
-        # Feedback keeps no feature values, and a version refitted on scores alone would refuse the
-        # features clients send: a version fitted on features is refitted by a fit request, not here.
-        await _event(app, calibrator_id, name, "kept", f"{why}, but version {current.version} was fitted on features "
-                     "the feedback does not keep; refit it with POST /calibrators", None, {})
-        return {"last_refit_at": now}
     try:
         candidate = await fit_and_store(app, FitJob(body=orjson.dumps(body), max_samples=app.settings.max_holdout_rows))
     except Problem as problem:
         await _event(app, calibrator_id, name, "kept", f"{why}, but the refit failed: {problem.detail}", None, {})
         return {"last_refit_at": now}
     details = {"trigger": why, "rows": len(labels), "method": method, "current_version": current.version,
-               "summary_after": candidate.summary.get("after")}
-    await _event(app, calibrator_id, name, "refit", f"{why}: refitted {method} on {len(labels)} labelled rows",
-                 candidate.version, details)
+               "feedback_ids": list(rows.ids or ()), "summary_after": candidate.summary.get("after")}
+    reason = f"{why}: refitted {method} on {len(labels)} labelled rows"
+    if names is not None:
+        details |= {"features": list(arrays["features"]), "rows_without_features": left_out}
+        reason += f" and their features ({left_out} rows without them left out)"
+    await _event(app, calibrator_id, name, "refit", reason, candidate.version, details)
     return {"candidate_version": candidate.version, "candidate_after_feedback_id": newest or 0, "last_refit_at": now}
 
 
 async def _maybe_promote(app, calibrator_id, name, policy, current, state) -> dict[str, Any]:
     version = state["candidate_version"]
+    candidate = await _loaded_calibrator(app, name, version)
+    names = fitted_features(candidate)  # a candidate fitted on features is scored with the rows' features
     rows = await run_in_threadpool(
         loop_store.shadow_rows, app.sessions, calibrator_id, current.version, state["candidate_after_feedback_id"],
-        policy.shadow_rows,
+        policy.shadow_rows, names is not None,
     )
     if len(rows) < policy.shadow_rows:
         return {}  # the shadow window is not full yet
+    arrays: dict[str, Any] = {}
+    if names is not None:
+        keep, arrays["features"] = feature_columns([r[4] for r in rows], names)
+        rows = [rows[i] for i in keep]
+        if not rows:
+            await _event(app, calibrator_id, name, "kept", f"kept version {current.version}: no shadow row carries "
+                         f"the features of version {version}", version, {"current_version": current.version})
+            return {"candidate_version": None, "candidate_after_feedback_id": None}
     scores = np.array([r[0] for r in rows], dtype=np.float64)
     labels = np.array([r[1] for r in rows], dtype=np.int64)
     served = np.array([r[2] for r in rows] if rows[0][3] is None else [r[3] for r in rows], dtype=np.float64)
-    candidate = (app.store.get(name, version) or await run_in_threadpool(app.store.load, name, version)).calibrator
-    predicted = await run_in_threadpool(candidate.predict, scores)
+    predicted = await run_in_threadpool(lambda: candidate.predict(scores, **arrays))
     if served.ndim == 1 and predicted.ndim == 2:
         predicted = predicted[:, 1]
     verdict = await run_in_threadpool(
@@ -187,6 +241,7 @@ async def _maybe_promote(app, calibrator_id, name, policy, current, state) -> di
         "current_version": current.version, "rows": verdict.n_rows, "improvement": verdict.improvement,
         "interval": list(verdict.interval), "current_log_loss": verdict.current_log_loss,
         "candidate_log_loss": verdict.candidate_log_loss, "margin": policy.margin,
+        **({"features": list(arrays["features"])} if names is not None else {}),
     }
     if verdict.promote:
         info = await run_in_threadpool(repository.promote, app.sessions, name, version)

@@ -527,12 +527,3 @@ class MulticalibrationCalibrator(Calibrator):
         state = dict(self.__dict__)
         state.pop("_forests", None)
         return state
-
-
-def stored_feature_columns(parameters: dict[str, Any]) -> list[str]:
-    """The feature columns a stored calibrator (``to_dict`` output) takes at predict; [] for any
-    other method or one fitted on scores alone."""
-    if parameters.get("method") != MulticalibrationCalibrator.method:
-        return []
-    return [column["name"] for column in parameters.get("state", {}).get("model_", {}).get("features", [])]
-

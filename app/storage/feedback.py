@@ -24,13 +24,14 @@ from typing import Any
 
 import numpy as np
 import orjson
-from sqlalchemy import String, any_, bindparam, delete, func, select, text, update
+from sqlalchemy import String, any_, bindparam, delete, func, null, select, text, update
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
+from ..calibration.columns import Columns
 from ..monitoring.drift import DriftTest
 from ..monitoring.windows import COUNT_WINDOWS, SUM_FIELDS, TIME_WINDOWS, BinSums, FeedbackTerms, feedback_terms
 from . import segments as segment_store
@@ -73,6 +74,8 @@ class LabelledBatch:
     scores: list | None = None
     #: Segment values per dimension (object arrays; None where a row has no value).
     segments: dict[str, np.ndarray] | None = None
+    #: Feature-taking methods: each row's features ({"country": "br", "age": 31.0}, or None), kept for refits.
+    features: list[dict[str, Any] | None] | None = None
 
     def first_of_each_id(self) -> tuple[LabelledBatch, list[str]]:
         """The batch with each prediction id's first row only, and the ids of the rows left out."""
@@ -98,6 +101,7 @@ class LabelledBatch:
             accepted=None if self.accepted is None else self.accepted[keep],
             scores=None if self.scores is None else [self.scores[i] for i in positions],
             segments=None if self.segments is None else {k: v[keep] for k, v in self.segments.items()},
+            features=None if self.features is None else [self.features[i] for i in positions],
         )
 
 
@@ -109,6 +113,17 @@ class LoggedPrediction:
     scores: Any
     created_at: datetime
     segments: dict[str, str] | None = None
+    features: dict[str, Any] | None = None
+
+
+def feature_rows(columns: Columns) -> list[dict[str, Any]]:
+    """Validated feature columns as one {column: value} per row, as stored (a missing number is null)."""
+    names = list(columns.columns)
+    values = [
+        column.tolist() if column.dtype == object else [None if v != v else v for v in column.tolist()]
+        for column in columns.columns.values()
+    ]
+    return [dict(zip(names, row)) for row in zip(*values)]
 
 
 # -- predictions logged by /calibrate -------------------------------------------
@@ -143,10 +158,10 @@ def log_predictions(sessions: Sessions, rows: list[dict[str, Any]], join: Pendin
 
 _PREDICTIONS_UNNEST = text(
     f"INSERT INTO {PredictionRow.__tablename__} "
-    "(calibrator_id, version, prediction_id, probability, probabilities, accepted, scores, segments, created_at) "
+    "(calibrator_id, version, prediction_id, probability, probabilities, accepted, scores, segments, features, created_at) "
     "SELECT * FROM unnest(CAST(:calibrator_id AS integer[]), CAST(:version AS integer[]), CAST(:prediction_id AS text[]), "
     "CAST(:probability AS double precision[]), CAST(:probabilities AS jsonb[]), CAST(:accepted AS boolean[]), "
-    "CAST(:scores AS jsonb[]), CAST(:segments AS jsonb[]), CAST(:created_at AS timestamptz[])) "
+    "CAST(:scores AS jsonb[]), CAST(:segments AS jsonb[]), CAST(:features AS jsonb[]), CAST(:created_at AS timestamptz[])) "
     "ON CONFLICT (calibrator_id, prediction_id) DO NOTHING"
 )
 
@@ -173,6 +188,7 @@ def _insert_predictions_unnest(session: Session, rows: list[dict[str, Any]]) -> 
             "accepted": [row["accepted"] for row in rows],
             "scores": json_texts("scores"),
             "segments": json_texts("segments"),
+            "features": json_texts("features"),
             "created_at": [row["created_at"] for row in rows],
         },
     )
@@ -190,6 +206,7 @@ def find_predictions(session: Session, calibrator_id: int, ids: list[str]) -> di
         PredictionRow.scores,
         PredictionRow.created_at,
         PredictionRow.segments,
+        PredictionRow.features,
     )
     if session.get_bind().dialect.name == "postgresql":
         # One array parameter, = ANY(:ids): an IN list of 5,000 bound parameters costs
@@ -209,9 +226,9 @@ def find_predictions(session: Session, calibrator_id: int, ids: list[str]) -> di
         ]
     for query in queries:
         rows = session.execute(query).all()
-        for prediction_id, version, probability, probabilities, accepted, scores, created_at, segments in rows:
+        for prediction_id, version, probability, probabilities, accepted, scores, created_at, segments, features in rows:
             value = probability if probabilities is None else np.asarray(probabilities, dtype=np.float64)
-            found[prediction_id] = LoggedPrediction(version, value, accepted, scores, created_at, segments)
+            found[prediction_id] = LoggedPrediction(version, value, accepted, scores, created_at, segments, features)
     return found
 
 
@@ -407,6 +424,7 @@ def _group_logged(
         predictions = [logged[i] for i in members]
         accepted = [p.accepted for p in predictions]
         scores = [p.scores for p in predictions]
+        features = [p.features for p in predictions]
         batches.append(
             LabelledBatch(
                 version=version,
@@ -416,6 +434,7 @@ def _group_logged(
                 accepted=None if any(a is None for a in accepted) else np.array(accepted, dtype=bool),
                 scores=None if any(score is None for score in scores) else scores,
                 segments=_segment_columns(members, logged, given_segments),
+                features=None if all(f is None for f in features) else features,
             )
         )
     return batches, expired
@@ -572,7 +591,7 @@ def _store_batch(session: Session, calibrator_id: int, batch: LabelledBatch, now
     columns = _feedback_columns(batch, terms)
     duplicates: list[str] = []
     if batch.prediction_ids is None:
-        _insert_feedback(session, calibrator_id, batch.version, now, columns)
+        _insert_feedback(session, calibrator_id, batch.version, now, columns, batch.features is not None)
     else:
         inserted = set(_insert_feedback_once(session, calibrator_id, batch.version, now, columns))
         duplicates = [i for i in batch.prediction_ids if i not in inserted]
@@ -595,13 +614,14 @@ def _store_batch(session: Session, calibrator_id: int, batch: LabelledBatch, now
 
 
 def _feedback_columns(batch: LabelledBatch, terms: FeedbackTerms) -> list[tuple]:
-    """(prediction id, probability, label, row, accepted, scores) per row, as stored."""
+    """(prediction id, probability, label, row, accepted, scores, features) per row, as stored."""
     n = batch.labels.shape[0]
     ids = batch.prediction_ids or [None] * n
     accepted = [None] * n if batch.accepted is None else batch.accepted.tolist()
     rows_probabilities = batch.probabilities.tolist() if batch.probabilities.ndim == 2 else [None] * n
     scores = batch.scores if batch.scores is not None else [None] * n
-    return list(zip(ids, terms.probability.tolist(), batch.labels.tolist(), rows_probabilities, accepted, scores))
+    features = batch.features if batch.features is not None else [None] * n
+    return list(zip(ids, terms.probability.tolist(), batch.labels.tolist(), rows_probabilities, accepted, scores, features))
 
 
 def _row_dicts(calibrator_id: int, version: int, now: datetime, columns) -> list[dict[str, Any]]:
@@ -614,26 +634,31 @@ def _row_dicts(calibrator_id: int, version: int, now: datetime, columns) -> list
             "label": label,
             "probabilities": row,
             "accepted": accept,
-            "scores": score,
+            # null(): SQL NULL, which "IS NOT NULL" filters see (a bare None is stored as JSON null).
+            "scores": null() if score is None else score,
+            "features": null() if feature is None else feature,
             "received_at": now,
         }
-        for prediction_id, probability, label, row, accept, score in columns
+        for prediction_id, probability, label, row, accept, score, feature in columns
     ]
 
 
-def _insert_feedback(session: Session, calibrator_id: int, version: int, now: datetime, columns: list[tuple]) -> None:
+def _insert_feedback(
+    session: Session, calibrator_id: int, version: int, now: datetime, columns: list[tuple], features: bool = False
+) -> None:
     """Rows without prediction ids: nothing to conflict with."""
     if session.get_bind().dialect.name == "postgresql":
-        _copy_feedback(session, calibrator_id, version, now, columns)
+        _copy_feedback(session, calibrator_id, version, now, columns, features)
     else:
         session.execute(_insert(session)(FeedbackRow), _row_dicts(calibrator_id, version, now, columns))
 
 
 _FEEDBACK_UNNEST = text(
     f"INSERT INTO {FeedbackRow.__tablename__} "
-    "(calibrator_id, version, prediction_id, probability, label, probabilities, accepted, scores, received_at) "
+    "(calibrator_id, version, prediction_id, probability, label, probabilities, accepted, scores, features, received_at) "
     "SELECT :calibrator_id, :version, * FROM unnest(CAST(:prediction_id AS text[]), CAST(:probability AS double precision[]), "
-    "CAST(:label AS integer[]), CAST(:probabilities AS jsonb[]), CAST(:accepted AS boolean[]), CAST(:scores AS jsonb[])), "
+    "CAST(:label AS integer[]), CAST(:probabilities AS jsonb[]), CAST(:accepted AS boolean[]), CAST(:scores AS jsonb[]), "
+    "CAST(:features AS jsonb[])), "
     "(SELECT CAST(:received_at AS timestamptz)) AS t "
     "ON CONFLICT (calibrator_id, prediction_id) DO NOTHING RETURNING prediction_id"
 )
@@ -663,6 +688,7 @@ def _insert_feedback_once(session: Session, calibrator_id: int, version: int, no
                     "probabilities": json_texts(3),
                     "accepted": [c[4] for c in columns],
                     "scores": json_texts(5),
+                    "features": json_texts(6),
                     "received_at": now,
                 },
             )
@@ -677,7 +703,7 @@ def _insert_feedback_once(session: Session, calibrator_id: int, version: int, no
 
 _FEEDBACK_COPY = (
     f"COPY {FeedbackRow.__tablename__} (calibrator_id, version, prediction_id, probability, label, probabilities, "
-    "accepted, scores, received_at) FROM STDIN (FORMAT BINARY)"
+    "accepted, scores, received_at{}) FROM STDIN (FORMAT BINARY)"
 )
 _FEEDBACK_TYPES = ["int4", "int4", "text", "float8", "int4", "jsonb", "bool", "jsonb", "timestamptz"]
 
@@ -686,20 +712,31 @@ def _json_dumps(value: Any) -> bytes:
     return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
-def _copy_feedback(session: Session, calibrator_id: int, version: int, now: datetime, columns) -> None:
+def _copy_feedback(session: Session, calibrator_id: int, version: int, now: datetime, columns, features: bool = False) -> None:
     """Feedback rows by binary COPY, in the session's transaction: PostgreSQL's bulk path.
 
     executemany sends and checks one INSERT per row (about 70 us a row here,
     most of a 5,000-row request); COPY streams the rows as one command, and the
     binary format spares the server parsing every float and timestamp as text.
+    The features column is copied only for a batch that has features (the plain
+    path stays as it was).
     """
     from psycopg.types.json import Jsonb
 
     connection = session.connection().connection.driver_connection
-    with connection.cursor() as cursor, cursor.copy(_FEEDBACK_COPY) as copy:
-        copy.set_types(_FEEDBACK_TYPES)
+    with connection.cursor() as cursor, cursor.copy(_FEEDBACK_COPY.format(", features" if features else "")) as copy:
+        copy.set_types([*_FEEDBACK_TYPES, "jsonb"] if features else _FEEDBACK_TYPES)
         write = copy.write_row
-        for prediction_id, probability, label, row, accept, score in columns:
+
+        def json(value: Any) -> Jsonb | None:
+            return None if value is None else Jsonb(value, dumps=_json_dumps)
+
+        if features:
+            for prediction_id, probability, label, row, accept, score, feature in columns:
+                write((calibrator_id, version, prediction_id, probability, label, json(row), accept, json(score), now, json(feature)))
+            return
+        # The plain path keeps its own inlined loop: a per-row branch cost about 10% of it.
+        for prediction_id, probability, label, row, accept, score, _ in columns:
             write((
                 calibrator_id, version, prediction_id, probability, label,
                 None if row is None else Jsonb(row, dumps=_json_dumps),

@@ -37,6 +37,8 @@ class _Entry:
     created_at: datetime
     #: One {dimension: value} per prediction, or None.
     segments: list[dict[str, str]] | None = None
+    #: Feature-taking methods: one {column: value} per prediction, or None.
+    features: list[dict] | None = None
 
 
 class PredictionLog:
@@ -66,12 +68,15 @@ class PredictionLog:
         accepted: np.ndarray | None = None,
         scores: list | None = None,
         segments: list[dict[str, str]] | None = None,
+        features: list[dict] | None = None,
     ) -> None:
-        """Queue predictions, and the raw scores they came from, for writing; O(1) on the request path."""
+        """Queue predictions, and the raw scores (and features) they came from, for writing; O(1) on the request path."""
         if self._pending + len(ids) > self._max_pending:
             self._on_drop(name, len(ids))
             return
-        self._entries.append(_Entry(calibrator_id, name, version, ids, probabilities, accepted, scores, utcnow(), segments))
+        self._entries.append(
+            _Entry(calibrator_id, name, version, ids, probabilities, accepted, scores, utcnow(), segments, features)
+        )
         self._pending += len(ids)
 
     def take(self) -> list[_Entry]:
@@ -89,7 +94,10 @@ class PredictionLog:
             accepted = [None] * len(entry.ids) if entry.accepted is None else entry.accepted.tolist()
             scores = entry.scores if entry.scores is not None else [None] * len(entry.ids)
             segments = entry.segments if entry.segments is not None else [None] * len(entry.ids)
-            for prediction_id, value, accept, score, segment in zip(entry.ids, values, accepted, scores, segments):
+            features = entry.features if entry.features is not None else [None] * len(entry.ids)
+            for prediction_id, value, accept, score, segment, feature in zip(
+                entry.ids, values, accepted, scores, segments, features
+            ):
                 rows.append(
                     {
                         "calibrator_id": entry.calibrator_id,
@@ -100,6 +108,7 @@ class PredictionLog:
                         "accepted": accept,
                         "scores": score,
                         "segments": segment,
+                        "features": feature,
                         "created_at": entry.created_at,
                     }
                 )

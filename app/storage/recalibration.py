@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, null, select, update
 
 from .db import transaction
 from .feedback import _insert
@@ -118,37 +119,60 @@ def record_event(
         )
 
 
-def recent_labelled(sessions: Sessions, calibrator_id: int, limit: int) -> tuple[list, list[int], int | None]:
-    """The newest labelled rows that carry raw scores: (scores, labels, newest feedback id)."""
+@dataclass
+class LabelledRows:
+    """Labelled feedback rows with raw scores, oldest first."""
+
+    scores: list
+    labels: list[int]
+    #: Each row's features ({column: value}, or None), when asked for.
+    features: list[dict[str, Any] | None] | None = None
+    #: Feedback ids of the first and last row.
+    ids: tuple[int, int] | None = None
+
+
+def recent_labelled(sessions: Sessions, calibrator_id: int, limit: int, features: bool = False) -> tuple[LabelledRows, int | None]:
+    """The newest ``limit`` labelled rows that carry raw scores (with their features, if asked), and
+    the newest feedback id of the calibrator."""
+    columns = [FeedbackRow.id, FeedbackRow.scores, FeedbackRow.label, *([FeedbackRow.features] if features else [])]
     with transaction(sessions) as session:
         rows = session.execute(
-            select(FeedbackRow.id, FeedbackRow.scores, FeedbackRow.label)
+            select(*columns)
             .where(FeedbackRow.calibrator_id == calibrator_id, FeedbackRow.scores.is_not(None))
             .order_by(FeedbackRow.id.desc())
             .limit(limit)
         ).all()
         newest = session.scalar(select(func.max(FeedbackRow.id)).where(FeedbackRow.calibrator_id == calibrator_id))
-    rows = rows[::-1]
-    return [r[1] for r in rows], [r[2] for r in rows], newest
+    # Rows stored before scores were written as SQL NULL hold a JSON null on SQLite.
+    rows = [r for r in reversed(rows) if r[1] is not None]
+    return LabelledRows(
+        [r[1] for r in rows], [r[2] for r in rows], [r[3] for r in rows] if features else None,
+        (rows[0][0], rows[-1][0]) if rows else None,
+    ), newest
 
 
-def shadow_rows(sessions: Sessions, calibrator_id: int, version: int, after_id: int, limit: int) -> list[tuple]:
-    """Labelled rows served by ``version`` after feedback id ``after_id``, with raw scores:
-    (scores, label, served probability, served rows)."""
+def shadow_rows(
+    sessions: Sessions, calibrator_id: int, version: int, after_id: int, limit: int, features: bool = False
+) -> list[tuple]:
+    """Labelled rows served by ``version`` after feedback id ``after_id``, with raw scores (and, with
+    ``features``, only those with features): (scores, label, served probability, served rows, features)."""
     with transaction(sessions) as session:
-        return list(
+        rows = (
             session.execute(
-                select(FeedbackRow.scores, FeedbackRow.label, FeedbackRow.probability, FeedbackRow.probabilities)
+                select(FeedbackRow.scores, FeedbackRow.label, FeedbackRow.probability, FeedbackRow.probabilities,
+                       FeedbackRow.features if features else null())
                 .where(
                     FeedbackRow.calibrator_id == calibrator_id,
                     FeedbackRow.version == version,
                     FeedbackRow.id > after_id,
                     FeedbackRow.scores.is_not(None),
+                    *([FeedbackRow.features.is_not(None)] if features else []),
                 )
                 .order_by(FeedbackRow.id)
                 .limit(limit)
             ).all()
         )
+    return [r for r in rows if r[0] is not None]  # JSON nulls of rows stored before scores were SQL NULL
 
 
 def due(last_refit_at: datetime | None, hours: float | None, now: datetime) -> bool:

@@ -18,10 +18,12 @@ from starlette.types import Receive, Scope, Send
 from ...calibration import CalibrationInputError
 from ...calibration._fastpath import LIST_MAX
 from ...calibration.base import boolean_index, may_hold_booleans
+from ...calibration.columns import check_columns
 from ...calibration.decisions import check_costs, decide
 from ...monitoring.segments import check_rows
 from ...storage import segments as segment_store
 from ...storage.cache import LoadedCalibrator
+from ...storage.feedback import feature_rows
 from ..auth import REQUIRE_CALIBRATE
 from ..bodies import check_depth
 from ..edge import answer_error, asgi_route, json_request, send_json
@@ -81,7 +83,8 @@ async def calibrate_batch(
     ``scores`` is the JSON list or an array; ``arrays`` the method's extra arrays. Returns the
     version served, the probabilities and the extras (``decisions`` among them, given costs);
     logs the predictions under ``ids`` (with their ``segments``, checked against the calibrator's
-    declared dimensions: labels by id inherit them) and counts them. Bad input raises a 422 Problem whose
+    declared dimensions, and the named ``features`` a feature-taking method was sent: labels by
+    id inherit both) and counts them. Bad input raises a 422 Problem whose
     pointers name /calibrate's fields (``/scores``, ``/ids``, ``/costs``, ...).
     """
     if isinstance(scores, (list, np.ndarray)) and len(scores) > app.settings.max_batch_scores:
@@ -98,8 +101,9 @@ async def calibrate_batch(
             raise Problem.invalid("/ids", f"has {len(ids)} entries but scores has {probabilities.shape[0]}")
         logged = scores.tolist() if isinstance(scores, np.ndarray) else scores
         rows = None if segments is None else await _segment_rows(app, loaded, segments, len(ids))
+        features = _feature_rows(loaded, arrays.get("features"), len(ids))
         app.prediction_log.add(
-            loaded.calibrator_id, name, loaded.version, ids, probabilities, extras.get("accepted"), logged, rows
+            loaded.calibrator_id, name, loaded.version, ids, probabilities, extras.get("accepted"), logged, rows, features
         )
     elif segments is not None:
         raise Problem.invalid("/segments", "only with ids: segment values are kept with the logged predictions")
@@ -124,6 +128,17 @@ async def _segment_rows(app: Services, loaded: LoadedCalibrator, segments: objec
         raise input_error(error, ()) from None
     names = list(columns)
     return [dict(zip(names, values)) for values in zip(*(columns[k].tolist() for k in names))]
+
+
+def _feature_rows(loaded: LoadedCalibrator, features: object, n: int) -> list[dict] | None:
+    """The named features a feature-taking method was sent, one {column: value} per prediction, kept
+    so that a refit learns from them; None when none were sent (the plain path pays nothing)."""
+    if features is None:
+        return None
+    spec = loaded.calibrator.predict_arrays.get("features")
+    if spec is None or not spec.columns:  # a selective method's embedding: not kept
+        return None
+    return feature_rows(check_columns(features, "features", n))  # checked by the calibrator already
 
 
 def _scores_if_shallow(data: dict) -> np.ndarray | None:

@@ -15,12 +15,14 @@ from starlette.responses import Response
 
 from ...calibration import CalibrationInputError
 from ...calibration.base import as_float_array, check_scores, encode_labels
+from ...calibration.columns import check_columns
+from ...calibration.multicalibration import MulticalibrationCalibrator
 from ...monitoring.windows import WINDOWS, window_metrics
 from ...monitoring.segments import check_rows
 from ...storage import feedback as feedback_store
 from ...storage import segments as segment_store
 from ...storage.cache import LoadedCalibrator
-from ...storage.feedback import DriftSettings, IdempotencyConflict, JoinCounts, LabelledBatch, StoredRequest
+from ...storage.feedback import DriftSettings, IdempotencyConflict, JoinCounts, LabelledBatch, StoredRequest, feature_rows
 from ..bodies import parse_json_object, require_json
 from ..calibrate.router import MAX_ID_LENGTH
 from ..calibrators.router import NamePath
@@ -98,6 +100,21 @@ def _check_flags(values: list, n: int) -> np.ndarray:
     return np.array(values, dtype=bool)
 
 
+def _check_features(loaded: LoadedCalibrator, value: object, n: int) -> list[dict]:
+    """Features sent with self-contained rows, checked as /calibrate checks them for this version
+    (the columns and kinds it was fitted on), as one {column: value} per row."""
+    spec = loaded.calibrator.predict_arrays.get("features")
+    if spec is None or not spec.columns:
+        raise CalibrationInputError(
+            "features", "this version takes no named features (multicalibration, or auto fitted with features, does)"
+        )
+    columns = check_columns(value, "features", n)
+    fitted = getattr(loaded.calibrator, "calibrator_", loaded.calibrator)  # auto: the method it chose
+    if isinstance(fitted, MulticalibrationCalibrator):
+        fitted._check_features(columns, fitted.model_["features"])  # what its predict checks
+    return feature_rows(columns)
+
+
 @router.post(
     "/feedback",
     dependencies=[REQUIRE_FEEDBACK],
@@ -139,7 +156,7 @@ async def record_feedback(
         declared = await run_in_threadpool(segment_store.read_declaration, app.sessions, loaded.calibrator_id)
     try:
         if body.probabilities is None:
-            for field in ("version", "accepted", "scores"):
+            for field in ("version", "accepted", "scores", "features"):
                 if getattr(body, field) is not None:
                     raise Problem.invalid(f"/{field}", "only with probabilities (logged predictions carry their own)")
             ids = _check_ids(body.ids, len(body.labels))
@@ -160,10 +177,16 @@ async def record_feedback(
             # Ids with probabilities name the predictions: one label per id holds here too.
             prediction_ids = None if body.ids is None else _check_ids(body.ids, probabilities.shape[0], "probabilities")
             segments = None if sent_segments is None else check_rows(sent_segments, probabilities.shape[0], declared)
+            sent_features = getattr(body, "features", None)
+            features = None
+            if sent_features is not None:
+                if raw is None:
+                    raise Problem.invalid("/features", "only with scores: a refit learns from the raw scores and their features")
+                features = _check_features(loaded, sent_features, probabilities.shape[0])
             batches = [
                 LabelledBatch(
                     loaded.version, probabilities, labels, prediction_ids=prediction_ids, accepted=accepted,
-                    scores=None if raw is None else raw.tolist(), segments=segments,
+                    scores=None if raw is None else raw.tolist(), segments=segments, features=features,
                 )
             ]
             by_id = {}

@@ -26,6 +26,16 @@ Probabilities = Annotated[
 ]
 Ids = Annotated[list[Any], WithJsonSchema({"type": "array", "items": {"type": "string", "maxLength": 128}, "minItems": 1})]
 Flags = Annotated[list[Any], WithJsonSchema({"type": "array", "items": {"type": "boolean"}})]
+Features = Annotated[
+    dict[str, Any],
+    WithJsonSchema(
+        {
+            "type": "object",
+            "propertyNames": {"pattern": "^[A-Za-z0-9_-]{1,64}$"},
+            "additionalProperties": {"type": "array", "items": {"type": ["string", "number", "null"]}},
+        }
+    ),
+]
 
 
 class FeedbackRequest(BaseModel):
@@ -55,6 +65,13 @@ class FeedbackRequest(BaseModel):
         default=None,
         description='segment values of the rows, column-wise: {"country": ["br", ...], "device": [...]}, each a declared '
         "dimension; with ids they override those logged by /calibrate",
+    )
+    features: Features | None = Field(
+        default=None,
+        description='with probabilities and scores, for a version fitted on features (multicalibration, or auto '
+        'with features): the named features the scores were calibrated with, column-wise as /calibrate takes them '
+        '({"country": ["br", ...], "age": [31, ...]}), checked against the version\'s features; kept with the rows, so '
+        "that closed-loop recalibration refits on them. Labels by id inherit the features logged by /calibrate",
     )
 
 
