@@ -57,9 +57,16 @@ class RecalibrationPolicy(BaseModel):
         default="alarm", description="refit when the drift alarm fires, every schedule_hours, or both"
     )
     schedule_hours: float | None = Field(default=None, gt=0, description="with a schedule trigger")
-    refit_rows: int = Field(default=5000, ge=50, le=1_000_000, description="newest labelled rows (with raw scores) to refit on")
-    min_refit_rows: int = Field(default=500, ge=20, description="refit only with at least this many")
-    shadow_rows: int = Field(default=2000, ge=50, le=1_000_000, description="labelled rows to score the candidate on")
+    refit_rows: int = Field(
+        default=5000, ge=50, le=1_000_000,
+        description="newest labelled rows (with raw scores) to refit on; a version fitted on features uses those of "
+        "them that carry features",
+    )
+    min_refit_rows: int = Field(default=500, ge=20, description="refit only with at least this many (rows used)")
+    shadow_rows: int = Field(
+        default=2000, ge=50, le=1_000_000,
+        description="labelled rows to score the candidate on (those with features, for a candidate fitted on them)",
+    )
     margin: float = Field(default=0.001, ge=0, description="log-loss improvement per row the candidate must beat")
     level: float = Field(default=0.95, gt=0.5, lt=1, description="paired bootstrap interval level")
     n_resamples: int = Field(default=1000, ge=100, le=10_000)
