@@ -259,3 +259,26 @@ def test_feedback_features_for_a_version_without_features_are_refused(client, ro
                                               "labels": [0, 1], "features": {"country": ["br", "us"]}})
     assert response.status_code == 422 and response.json()["errors"][0]["pointer"] == "/features", response.text
     assert row_counts() == before
+
+
+def test_the_columns_a_refit_takes():
+    from app.api.recalibration import feature_columns, fitted_features
+
+    z, y, features = world(3000, 6)
+    multicalibration = get_method("multicalibration").from_options("logit", {"max_rounds": 1})
+    assert set(fitted_features(multicalibration.fit(z, y, features=features))) == {"country", "age"}
+    assert fitted_features(get_method("multicalibration").from_options("logit", {"max_rounds": 1}).fit(z, y)) is None
+    assert fitted_features(get_method("platt").from_options("logit", {}).fit(z, y)) is None
+    # auto fitted with features names them through the method it chose; one that chose a method
+    # ignoring them still takes them (any columns); one fitted without them takes none.
+    rng = np.random.default_rng(7)
+    y_plain = (rng.uniform(size=3000) < 1 / (1 + np.exp(-z))).astype(int)  # calibrated: the features do not help
+    auto = get_method("auto").from_options("logit", {"candidates": ["platt", "multicalibration"]})
+    auto.fit(z, y_plain, features=features)
+    assert auto.chosen_ == "platt" and fitted_features(auto) == []
+    assert fitted_features(get_method("auto").from_options("logit", {"candidates": ["platt"]}).fit(z, y)) is None
+
+    rows = [{"country": "br", "age": 30.0}, None, {"country": "us"}, {"country": "in", "age": None, "plan": "a"}]
+    assert feature_columns(rows, ["country", "age"]) == ([0, 3], {"country": ["br", "in"], "age": [30.0, None]})
+    # No names known: the newest row's columns.
+    assert feature_columns(rows, []) == ([3], {"country": ["in"], "age": [None], "plan": ["a"]})
