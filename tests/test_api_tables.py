@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import os
 import socket
-import tempfile
+import threading
 import time
 
 import httpx
@@ -175,24 +175,41 @@ def test_an_arrow_fit_without_its_name_points_at_the_field(client):
     assert response.status_code == 422 and response.json()["errors"][0]["pointer"] == "/name"
 
 
-def test_a_large_parquet_upload_is_spooled_for_the_worker_and_the_spool_removed(client, name):
-    from app.api.calibrators.fit_pool import _SPOOL_DIR, SPOOL_MIN_BYTES
+def test_a_large_parquet_upload_is_spooled_for_the_worker_and_the_spool_removed(database_url, name, tmp_path):
+    from app.api.calibrators.fit_pool import SPOOL_MIN_BYTES
 
     rng = np.random.default_rng(11)
     scores = rng.uniform(size=200_000)
     labels = (rng.uniform(size=200_000) < scores).astype(np.int8)
     content = parquet(pa.table({"label": labels, "score": scores}))
     assert len(content) > SPOOL_MIN_BYTES
-    folder = _SPOOL_DIR or tempfile.gettempdir()
-    before = {e for e in os.listdir(folder) if e.startswith("calibd-fit-")}
-    response = client.post("/calibrators", data={"name": name, "method": "isotonic"},
-                           files={"file": ("h.parquet", content, "application/octet-stream")})
-    assert response.status_code == 201, response.text
-    assert response.json()["n_samples"] == 200_000
-    assert {e for e in os.listdir(folder) if e.startswith("calibd-fit-")} <= before
-    from_json = fit_json(client, {"name": name, "method": "isotonic",
-                                  "holdout": {"scores": scores.tolist(), "labels": labels.tolist()}})
-    assert stored(client, response.json())["holdout_sha256"] == from_json["holdout_sha256"]
+    # A spool folder of this server's own (CALIBD_SPOOL_DIR), watched while the fit runs:
+    # the upload must land there, and be gone once the fit has answered.
+    seen: set[str] = set()
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            seen.update(os.listdir(tmp_path))
+            time.sleep(0.005)
+
+    with LiveServer(Settings(database_url=database_url, spool_dir=str(tmp_path))) as live, \
+            httpx.Client(base_url=live.url, timeout=60) as client:
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            response = client.post("/calibrators", data={"name": name, "method": "isotonic"},
+                                   files={"file": ("h.parquet", content, "application/octet-stream")})
+        finally:
+            done.set()
+            watcher.join()
+        assert response.status_code == 201, response.text
+        assert response.json()["n_samples"] == 200_000
+        assert any(entry.startswith("calibd-fit-") for entry in seen), seen
+        assert os.listdir(tmp_path) == []
+        from_json = fit_json(client, {"name": name, "method": "isotonic",
+                                      "holdout": {"scores": scores.tolist(), "labels": labels.tolist()}})
+        assert stored(client, response.json())["holdout_sha256"] == from_json["holdout_sha256"]
 
 
 def test_a_table_over_the_body_limit_is_refused_before_it_is_read(database_url):
