@@ -21,8 +21,8 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from ..auth import authorize, bearer_token, require
-from ..edge import answer_error, asgi_route, read_body
-from ..bodies import parse_json_object
+from ..edge import answer_error, asgi_route, read_body, send_json
+from ..bodies import MAX_JSON_DEPTH, parse_json_object
 from ..health import readiness_problem
 from ..problems import Problem
 from ..state import services
@@ -36,6 +36,8 @@ router = APIRouter(prefix="/v2", tags=["inference protocol (v2)"])
 REQUIRE_INFER = require("calibrate")
 REQUIRE_METADATA = require("calibrate", "read")
 HEADER_LENGTH = "inference-header-content-length"
+#: An answer's body, and the length of its JSON header when binary data follows (else None: all JSON).
+Answer = tuple[bytes, "int | None"]
 #: Outputs calibd adds; in transformer mode any other requested output is the predictor's.
 CALIBD_OUTPUTS = frozenset({"probabilities", "intervals", "accepted", "decisions"})
 
@@ -77,11 +79,18 @@ async def infer(scope: Scope, receive: Receive, send: Send) -> None:
         authorize(app.keyring, bearer_token(authorization), ("calibrate",))
         body = await read_body(receive, app.settings.max_body_bytes)
         parameters = scope["path_params"]
-        response = await _infer(scope["app"], body, header_length, parameters["name"], parameters.get("version"))
+        payload, length = await _infer(scope["app"], body, header_length, parameters["name"], parameters.get("version"))
     except Exception as error:
         await answer_error(scope, receive, send, error)
         return
-    await response(scope, receive, send)
+    if length is None:
+        await send_json(send, payload)
+    else:
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-length", str(len(payload)).encode()), (b"content-type", b"application/octet-stream"),
+            (b"inference-header-content-length", str(length).encode()),
+        ]})
+        await send({"type": "http.response.body", "body": payload})
 
 
 for _path_template, _summary, _parameters in (
@@ -94,7 +103,7 @@ for _path_template, _summary, _parameters in (
     )
 
 
-async def _infer(fastapi_app: Any, body: bytes, header_length: str | None, name: str, version: str | None) -> Response:
+async def _infer(fastapi_app: Any, body: bytes, header_length: str | None, name: str, version: str | None) -> Answer:
     data, binary = split_body(body, header_length)
     number = core.parse_version(version)
     app = fastapi_app.state.services
@@ -153,7 +162,12 @@ async def _ready(request: Request, name: str, version: str | None) -> Response:
 
 def _has_scores(data: dict[str, Any]) -> bool:
     inputs = data.get("inputs")
-    return not isinstance(inputs, list) or any(isinstance(t, dict) and t.get("name") == "scores" for t in inputs)
+    if type(inputs) is not list:
+        return True  # malformed: read_inputs says how
+    for tensor in inputs:
+        if type(tensor) is dict and tensor.get("name") == "scores":
+            return True
+    return False
 
 
 async def _transform(
@@ -165,7 +179,7 @@ async def _transform(
     binary: memoryview | None,
     ids: list[str] | None,
     costs: Any,
-) -> Response:
+) -> Answer:
     """Transformer mode: the predictor answers the caller's request, calibd calibrates its output."""
     app = fastapi_app.state.services
     loaded = await core.resolve(app, name, version)  # an unknown calibrator is a 404 before any forwarding
@@ -205,11 +219,18 @@ async def _transform(
 def split_body(body: bytes, header_length: str | None) -> tuple[dict[str, Any], memoryview | None]:
     """The JSON inference header, and the binary tensor data after it (if any)."""
     if header_length is None:
-        return parse_json_object(body), None
+        return parse_json_object(body, check_nesting=_may_nest_deeply(body)), None
     if not header_length.isdigit() or int(header_length) > len(body):
         raise Problem(400, f"Inference-Header-Content-Length {header_length!r} is not a length within the body ({len(body)} bytes)")
     length = int(header_length)
-    return parse_json_object(body[:length]), memoryview(body)[length:]
+    header = body[:length]
+    return parse_json_object(header, check_nesting=_may_nest_deeply(header)), memoryview(body)[length:]
+
+
+def _may_nest_deeply(text: bytes) -> bool:
+    """Whether the JSON text has enough brackets to nest past MAX_JSON_DEPTH (counting is cheaper
+    than the nesting check, which most inference requests, a few flat tensors, do not need)."""
+    return text.count(b"[") + text.count(b"{") > MAX_JSON_DEPTH
 
 
 def request_parameters(data: dict[str, Any]) -> tuple[list[str] | None, Any]:
@@ -294,8 +315,9 @@ def respond(
     version: str,
     outputs: list[tuple[str, Any]],
     passthrough: list[tuple[dict[str, Any], bytes | None]] = (),
-) -> Response:
-    """The inference response: the outputs asked for (all by default), each as JSON or binary data.
+) -> Answer:
+    """The inference response: the outputs asked for (all by default), each as JSON or binary data;
+    its body, and the length of its JSON header if binary data follows.
 
     ``passthrough``: a predictor's outputs in transformer mode, sent on as they came, before
     calibd's own (of which ``probabilities`` is always sent there).
@@ -340,11 +362,7 @@ def respond(
     if data.get("id") is not None:
         body["id"] = data["id"]
     body["outputs"] = tensors
-    if not blobs:
-        return json_response(body)
     header = orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
-    return Response(
-        header + b"".join(blobs),
-        media_type="application/octet-stream",
-        headers={"Inference-Header-Content-Length": str(len(header))},
-    )
+    if not blobs:
+        return header, None
+    return header + b"".join(blobs), len(header)

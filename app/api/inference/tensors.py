@@ -50,13 +50,13 @@ class TensorError(Problem):
 
 
 def check_shape(shape: Any, where: str) -> tuple[int, ...]:
-    if (
-        not isinstance(shape, (list, tuple))
-        or not 0 < len(shape) <= MAX_DIMENSIONS
-        or not all(type(d) is int and d >= 0 for d in shape)
-    ):
-        raise TensorError(where + "/shape", f"must be a list of 1 to {MAX_DIMENSIONS} non-negative integers")
-    return tuple(shape)
+    if isinstance(shape, (list, tuple)) and 0 < len(shape) <= MAX_DIMENSIONS:
+        for d in shape:
+            if type(d) is not int or d < 0:
+                break
+        else:
+            return tuple(shape)
+    raise TensorError(where + "/shape", f"must be a list of 1 to {MAX_DIMENSIONS} non-negative integers")
 
 
 def elements(shape: tuple[int, ...]) -> int:
@@ -132,13 +132,17 @@ def _flatten(data: list, where: str) -> list:
     return flat
 
 
-_NAMES = {dtype.str: name for name, dtype in DTYPES.items()}
+_NAMES = {dtype: name for name, dtype in DTYPES.items()}
 
 
 def datatype_of(value: np.ndarray) -> str:
-    if value.dtype.kind in "OUS":
+    dtype = value.dtype
+    name = _NAMES.get(dtype)  # native little-endian dtypes compare equal to the protocol's
+    if name is not None:
+        return name
+    if dtype.kind in "OUS":
         return "BYTES"
-    return _NAMES.get(value.dtype.newbyteorder("<").str if value.dtype.byteorder == ">" else value.dtype.str, "FP64")
+    return _NAMES.get(dtype.newbyteorder("<"), "FP64")
 
 
 def as_tensor(value: Any) -> np.ndarray:
@@ -171,6 +175,8 @@ def to_json_data(array: np.ndarray) -> Any:
     """An output's JSON ``data``: flat, row-major (orjson writes a float64 array exactly)."""
     if array.dtype.kind == "O":
         return [item.decode() if isinstance(item, bytes) else item for item in array.ravel().tolist()]
+    if array.ndim == 1 and array.flags.c_contiguous:
+        return array
     return np.ascontiguousarray(array).ravel()
 
 
