@@ -392,3 +392,18 @@ def test_basis_matches_the_definition():
     phi = design_matrix(u[:, None], k)
     np.testing.assert_allclose(phi, expected, rtol=1e-14, atol=0)
     np.testing.assert_allclose(design_matrix(np.column_stack([u, u]), 2).sum(axis=1), 1.0)
+
+
+@pytest.mark.parametrize("dims", [1, 2, 3])
+def test_a_rows_value_does_not_depend_on_its_batch(dims):
+    # /calibrate and the batch module (Spark partitions) cut the same rows into different batches.
+    from app.calibration.bernstein import evaluate
+
+    rng = np.random.default_rng(dims)
+    degree = 6
+    u = rng.uniform(size=(5_000, dims))
+    coef = rng.normal(size=(degree + 1) ** dims)
+    whole = evaluate(u, coef, degree)
+    for cuts in ([1, 7, 64, 1000], [3, 2048, 2049]):
+        parts = np.split(u, cuts)
+        np.testing.assert_array_equal(np.concatenate([evaluate(p, coef, degree) for p in parts]), whole)

@@ -252,11 +252,20 @@ def evaluate(u: np.ndarray, coef: np.ndarray, degree: int) -> np.ndarray:
     table = coef.reshape(width, -1)
     for start in range(0, n, block):
         part = u[start : start + block]
-        acc = bernstein_basis(part[:, 0], degree) @ table  # (rows, (K+1)^(M-1))
+        acc = _contract(bernstein_basis(part[:, 0], degree)[:, :, None], table[None])  # (rows, (K+1)^(M-1))
         for j in range(1, m):
-            acc = np.einsum("rkt,rk->rt", acc.reshape(part.shape[0], width, -1), bernstein_basis(part[:, j], degree))
+            acc = _contract(acc.reshape(part.shape[0], width, -1), bernstein_basis(part[:, j], degree)[:, :, None])
         out[start : start + block] = acc[:, 0]
     return out
+
+
+def _contract(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """sum_k a[:, k, :] * b[:, k, :], k in order. Not a matrix product: BLAS may sum in an order that
+    depends on how many rows it gets, and a row's value must not depend on its batch (Spark, /calibrate)."""
+    acc = a[:, 0, :] * b[:, 0, :]
+    for k in range(1, a.shape[1]):
+        acc += a[:, k, :] * b[:, k, :]
+    return acc
 
 
 # -- the quadratic program ------------------------------------------------------------
