@@ -26,7 +26,7 @@ def stratified_folds(labels: np.ndarray, n_splits: int = 5, seed: int = 0) -> np
     rng = np.random.default_rng(seed)
     folds = np.empty(labels.shape[0], dtype=np.int64)
     offset = 0
-    for label in np.unique(labels):
+    for label in _classes(labels):
         members = np.flatnonzero(labels == label)
         rng.shuffle(members)
         # Continue the round-robin where the previous class stopped, so that
@@ -34,6 +34,13 @@ def stratified_folds(labels: np.ndarray, n_splits: int = 5, seed: int = 0) -> np
         folds[members] = (np.arange(members.shape[0]) + offset) % n_splits
         offset += members.shape[0]
     return folds
+
+
+def _classes(labels: np.ndarray) -> np.ndarray:
+    """``np.unique(labels)``; for small non-negative integers by counting, without its sort."""
+    if labels.dtype.kind in "iu" and labels.shape[0] and 0 <= labels.min() and labels.max() < 1 << 16:
+        return np.flatnonzero(np.bincount(labels))
+    return np.unique(labels)
 
 
 def clone(calibrator: Calibrator) -> Calibrator:

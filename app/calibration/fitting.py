@@ -15,9 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from ..metrics import brier, ece, evaluate, log_loss
+from ..metrics import evaluate, prepare
+from ..metrics.binned import DEFAULT_N_BINS, ece_prepared
+from ..metrics.scores import brier_prepared, log_loss_prepared
 from .base import CalibrationInputError, Calibrator, check_arrays, n_classes_of, to_probability
-from .crossfit import CROSS_FIT_SEED, CROSS_FIT_SPLITS, cross_val_predict_details
+from .crossfit import CROSS_FIT_SEED, CROSS_FIT_SPLITS, cross_val_predict_details, stratified_folds
 from .registry import get_method
 
 #: Above this many rows, the summary's full evaluation (``holdout``: every metric and the
@@ -44,11 +46,12 @@ def summary_metrics(probabilities: np.ndarray, labels: np.ndarray, weights: np.n
 
     ECE is of the positive class for binary probabilities and top-label for rows.
     """
-    target = "binary" if probabilities.ndim == 1 else "top_label"
+    data = prepare(probabilities, labels, weights)  # validated once for the three
+    target = "binary" if data.binary else "top_label"
     return {
-        "ece": ece(probabilities, labels, sample_weight=weights, target=target),
-        "brier": brier(probabilities, labels, weights),
-        "log_loss": log_loss(probabilities, labels, weights),
+        "ece": ece_prepared(data, DEFAULT_N_BINS, "uniform", "l1", target),
+        "brier": brier_prepared(data),
+        "log_loss": log_loss_prepared(data),
     }
 
 
@@ -135,8 +138,10 @@ def fit_calibrator(
     raw = raw_probabilities(scores, input, calibrator)
     given_weights = None if sample_weight is None else weights
     # What does not depend on the fit runs beside it, on a second thread (hashing and
-    # numpy release the GIL): the fingerprint, and the metrics before calibration.
+    # numpy release the GIL): the cross-fit's folds first, the fingerprint, and the metrics
+    # before calibration.
     with ThreadPoolExecutor(max_workers=1) as beside:
+        folds = beside.submit(stratified_folds, labels, CROSS_FIT_SPLITS, CROSS_FIT_SEED)
         fingerprint = beside.submit(holdout_fingerprint, scores, labels, given_weights, extras)
         before = beside.submit(lambda: (summary_metrics(raw, labels, given_weights), evaluate_subsample(raw, labels, given_weights)))
         report(0.05, "fitting")
@@ -150,7 +155,7 @@ def fit_calibrator(
         summary_started = time.perf_counter()
         report(0.2, "cross-fitting")
         out_of_fold, out_of_fold_extras = cross_val_predict_details(
-            calibrator, scores, labels, weights, CROSS_FIT_SPLITS, CROSS_FIT_SEED, arrays=extras,
+            calibrator, scores, labels, weights, CROSS_FIT_SPLITS, CROSS_FIT_SEED, folds=folds.result(), arrays=extras,
             on_fold=lambda k, n: report(0.2 + 0.65 * k / n, f"cross-fitted fold {k} of {n}"),
         )
         reused = out_of_fold is getattr(getattr(calibrator, "out_of_fold_", None), "predictions", None)
@@ -158,9 +163,10 @@ def fit_calibrator(
         # The method's own items first: they may replace the fit after seeing its cross-fitted
         # figures (selective's guard), and then describe what is served in ``out_of_fold``.
         method_summary = calibrator.cross_fit_summary(out_of_fold, out_of_fold_extras, scores, labels, weights, extras)
+        evaluated_after = beside.submit(evaluate_subsample, out_of_fold, labels, given_weights)
         after = summary_metrics(out_of_fold, labels, given_weights)
-        evaluated_after = evaluate_subsample(out_of_fold, labels, given_weights)[0]
         before_metrics, (evaluated_before, rows_used, subsample) = before.result()
+        evaluated_after = evaluated_after.result()[0]
     summary = {
         "before": before_metrics,
         "after": after,

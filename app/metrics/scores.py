@@ -56,7 +56,12 @@ def log_loss_prepared(data: Prepared) -> float:
     p, y = data.p, data.y
     if data.binary:
         q = np.clip(p, LOG_LOSS_EPS, 1.0 - LOG_LOSS_EPS)
-        return -_mean(np.where(y == 1, np.log(q), np.log1p(-q)), data.w)
+        # Each row's own term only, not both then a pick: the same floats, half the logarithms.
+        positive = y == 1
+        per_row = np.empty_like(q)
+        np.log(q, out=per_row, where=positive)
+        np.log1p(np.negative(q, out=q), out=per_row, where=~positive)
+        return -_mean(per_row, data.w)
     picked = np.clip(p[np.arange(p.shape[0]), y], LOG_LOSS_EPS, 1.0)
     return -_mean(np.log(picked), data.w)
 
