@@ -412,22 +412,27 @@ class IsotonicCalibrator(Calibrator):
         """
         from .auto import available_threads  # auto imports every method, this one too
 
+        # The rows grouped by fold (row order within each, a counting sort): a fold's test rows
+        # are then a slice and its training rows two, instead of masks over every row per fold.
         fold_of = folds.astype(np.min_scalar_type(n_splits))
+        order = np.argsort(fold_of, kind="stable")
+        bounds = np.concatenate(([0], np.cumsum(np.bincount(fold_of, minlength=n_splits))))
+        grouped_keys, grouped_scores = keys[order], scores[order]
         out = np.empty(scores.shape[0], dtype=np.float64)
 
         def predict_fold(fold: int) -> None:
-            test = fold_of == fold
-            if not test.any():
+            start, stop = bounds[fold], bounds[fold + 1]
+            if start == stop:
                 return
-            train = keys[~test]
+            train = np.concatenate((grouped_keys[:start], grouped_keys[stop:]))
             if not train.shape[0]:
                 raise CalibrationInputError("sample_weight", "weights must not all be zero")
             train.sort()
             model = type(self)(**self.get_params())
             model.x_thresholds_, y = _fit_keys(train)
             del train
-            model.y_thresholds_ = keep_off_edges(y, self.min_probability, scores.shape[0] - np.count_nonzero(test))
-            out[test] = model._predict(scores[test])
+            model.y_thresholds_ = keep_off_edges(y, self.min_probability, scores.shape[0] - int(stop - start))
+            out[order[start:stop]] = model._predict(grouped_scores[start:stop])
 
         threads = min(available_threads(), n_splits)
         if threads == 1:
