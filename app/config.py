@@ -115,7 +115,8 @@ class Settings(BaseSettings):
     predictors: dict[str, PredictorSetting] = Field(default_factory=dict)
     #: Seconds a predictor may take to answer before the caller gets 504.
     predictor_timeout_seconds: float = Field(default=10, gt=0)
-    #: Connections kept open to the predictors (requests beyond wait for one, within the timeout).
+    #: Connections kept open to REST predictors, all together (requests beyond wait for one, within the
+    #: timeout); a gRPC predictor has one channel, its requests multiplexed on one HTTP/2 connection.
     predictor_max_connections: int = Field(default=32, gt=0)
 
     _predictor_url = field_validator("predictor_url")(check_predictor_url)

@@ -22,7 +22,7 @@ from starlette.types import Receive, Scope, Send
 
 from ..auth import authorize, bearer_token, require
 from ..edge import answer_error, asgi_route, read_body, send_json
-from ..bodies import MAX_JSON_DEPTH, parse_json_object
+from ..bodies import parse_json_object
 from ..health import readiness_problem
 from ..problems import Problem
 from ..state import services
@@ -219,18 +219,11 @@ async def _transform(
 def split_body(body: bytes, header_length: str | None) -> tuple[dict[str, Any], memoryview | None]:
     """The JSON inference header, and the binary tensor data after it (if any)."""
     if header_length is None:
-        return parse_json_object(body, check_nesting=_may_nest_deeply(body)), None
+        return parse_json_object(body), None
     if not header_length.isdigit() or int(header_length) > len(body):
         raise Problem(400, f"Inference-Header-Content-Length {header_length!r} is not a length within the body ({len(body)} bytes)")
     length = int(header_length)
-    header = body[:length]
-    return parse_json_object(header, check_nesting=_may_nest_deeply(header)), memoryview(body)[length:]
-
-
-def _may_nest_deeply(text: bytes) -> bool:
-    """Whether the JSON text has enough brackets to nest past MAX_JSON_DEPTH (counting is cheaper
-    than the nesting check, which most inference requests, a few flat tensors, do not need)."""
-    return text.count(b"[") + text.count(b"{") > MAX_JSON_DEPTH
+    return parse_json_object(body[:length]), memoryview(body)[length:]
 
 
 def request_parameters(data: dict[str, Any]) -> tuple[list[str] | None, Any]:
