@@ -6,10 +6,13 @@ import asyncio
 import json
 import os
 import tempfile
+import threading
 import time
 
+import httpx
 import numpy as np
 import pytest
+from sqlalchemy import text
 
 from app.calibration import from_dict
 
@@ -129,6 +132,41 @@ def test_delete_removes_everything_and_the_name_starts_over(client, name, row_co
     assert created["version"] == 1
     new = client.post("/calibrate", json={"calibrator": name, "scores": [0.3]}).json()["probabilities"]
     assert new != old
+
+
+def test_delete_removes_the_feedback_even_while_feedback_arrives(client, name, row_counts):
+    # Feedback rows keep no foreign key (PostgreSQL would check it per row): deleting a calibrator
+    # deletes them itself, and a feedback write racing the delete either lands before it (and is
+    # deleted with it) or finds the calibrator gone (404). No row outlives its calibrator.
+    fit(client, name, holdout=holdout(seed=3))
+    rng = np.random.default_rng(5)
+    body = {"calibrator": name, "probabilities": rng.uniform(0.05, 0.95, 2_000).tolist(),
+            "labels": rng.integers(0, 2, 2_000).tolist()}
+    assert client.post("/feedback", json=body).status_code == 202
+    statuses: list[int] = []
+    stop = threading.Event()
+
+    def send() -> None:
+        with httpx.Client(base_url=str(client.base_url), timeout=60) as other:
+            while not stop.is_set():
+                status = other.post("/feedback", json=body).status_code
+                statuses.append(status)
+                if status == 404:
+                    return
+
+    senders = [threading.Thread(target=send) for _ in range(3)]
+    for sender in senders:
+        sender.start()
+    time.sleep(0.3)
+    assert client.delete(f"/calibrators/{name}").status_code == 204
+    stop.set()
+    for sender in senders:
+        sender.join()
+    assert set(statuses) <= {202, 404} and 202 in statuses, statuses
+    with row_counts.engine.connect() as connection:
+        orphans = connection.execute(text(
+            "SELECT count(*) FROM feedback WHERE calibrator_id NOT IN (SELECT id FROM calibrators)")).scalar_one()
+    assert orphans == 0
 
 
 def test_list_is_paginated(client):

@@ -12,13 +12,13 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, sessionmaker
 
 from .db import transaction
-from .models import CalibratorRow, RegistryState, VersionRow, utcnow
+from .models import CalibratorRow, FeedbackRow, RegistryState, VersionRow, utcnow
 
 
 class NotFound(LookupError):
@@ -290,9 +290,13 @@ def promote(sessions: Sessions, name: str, version: int) -> CalibratorInfo:
 
 
 def delete_calibrator(sessions: Sessions, name: str) -> None:
-    """Delete the calibrator and, by cascade, all its versions."""
+    """Delete the calibrator and, by cascade, all its versions; its feedback (no foreign key) explicitly."""
     with transaction(sessions) as session:
         calibrator = _find(session, name)
+        # Locked first: a feedback write holding its key-share lock commits before its rows are deleted
+        # here, and one arriving later finds no calibrator.
+        session.execute(select(CalibratorRow.id).where(CalibratorRow.id == calibrator.id).with_for_update())
+        session.execute(delete(FeedbackRow).where(FeedbackRow.calibrator_id == calibrator.id))
         session.delete(calibrator)
         _bump_generation(session)
 
