@@ -95,7 +95,7 @@ PHASES = (
     ("app.api.calibrators.fit_pool", "_parse", "read the body: JSON parse and request validation, or the Parquet columns"),
     ("app.calibration.base:Calibrator", "check_holdout_arrays", "validate the arrays (JSON: the lists become arrays here)"),
     ("app.calibration.isotonic:IsotonicCalibrator", "_fit", "isotonic fit (the calibrator served)"),
-    ("app.calibration.crossfit", "stratified_folds", "stratified folds"),
+    ("app.calibration.fitting", "stratified_folds", "stratified folds (beside the fit)"),
     ("app.calibration.isotonic:IsotonicCalibrator", "cross_val_predictions", "5-fold cross-fit (out-of-fold predictions)"),
     ("app.calibration.fitting", "summary_metrics", "headline metrics before and after, every row"),
     ("app.calibration.fitting", "evaluate_subsample", "every metric before and after, 200,000-row subsample"),
