@@ -148,6 +148,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=__version__,
         summary="Fit, store and serve calibrators for classifier scores.",
         lifespan=lifespan,
+        # calibd's telemetry is its Prometheus metrics and access log. FastAPI's own OpenTelemetry
+        # (0.165+; older versions keep the keyword as an extra) would look up the tracer, meter and
+        # logger providers on every request: a twentieth of a /calibrate request's CPU.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     problems.install(app)
     for module in (

@@ -303,6 +303,31 @@ def _children(pid: int) -> list[int]:
     return [int(p) for p in text.split()]
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants (uvicorn's workers, their fit workers)."""
+    found, todo = [pid], [pid]
+    while todo:
+        children = _children(todo.pop())
+        found += children
+        todo += children
+    return found
+
+
+def settle(pid: int, idle_share: float = 0.05, timeout: float = 60.0) -> float:
+    """Wait until the process tree of ``pid`` is idle (below ``idle_share`` of a core over half a
+    second): a server is ready before its fit workers have imported their modules, and that
+    start-up work would otherwise be measured as serving. Returns the seconds waited."""
+    started = time.monotonic()
+    last = cpu_seconds(process_tree(pid))
+    while time.monotonic() - started < timeout:
+        time.sleep(0.5)
+        now = cpu_seconds(process_tree(pid))
+        if now - last < idle_share * 0.5:
+            break
+        last = now
+    return time.monotonic() - started
+
+
 def cpu_seconds(pids: list[int]) -> float:
     """User + system CPU time the processes have used (from /proc/<pid>/stat)."""
     ticks = os.sysconf("SC_CLK_TCK")

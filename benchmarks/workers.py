@@ -6,7 +6,8 @@
 calibrators fitted once), started in turn; against each, wrk (two threads,
 16 connections, on the same two cores) posts the 100-score isotonic body to
 /calibrate for ``--runs`` runs of ``--seconds`` after a warm-up that loads
-the calibrator into every worker. Figures are medians; the ratio is the
+the calibrator into every worker, once the server has settled (its fit
+workers import their modules after it answers). Figures are medians; the ratio is the
 median over pairs of (2 workers' median req/s) / (1 worker's). Target >= 1.6.
 
 The bare echo app (benchmarks/echo_app.py: uvicorn with the same flags and
@@ -27,7 +28,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import EchoServer, Server, Target, _children, cpu_seconds, fmt_rate, machine, median, run_wrk, write_results  # noqa: E402
+from _harness import (  # noqa: E402
+    EchoServer, Server, Target, cpu_seconds, fmt_rate, machine, median, process_tree, run_wrk, settle, write_results,
+)
 import calibrate_throughput as ct  # noqa: E402
 
 
@@ -58,8 +61,9 @@ def main(argv: list[str] | None = None) -> int:
                 # The echo gets an Authorization header of the same length, unread.
                 auth = server.headers["Authorization"] if kind == "calibd" else "Bearer " + "0" * 54
                 target = server.url + "/calibrate" if kind == "calibd" else server.url
+                settle(server.process.pid)
                 run_wrk(target, body, auth, 3.0, args.connections, threads=2)  # every worker loads the calibrator
-                pids = [server.process.pid, *_children(server.process.pid)]
+                pids = process_tree(server.process.pid)
                 results = []
                 for _ in range(args.runs):
                     server_before, wrk_before = cpu_seconds(pids), _children_cpu()
