@@ -82,9 +82,15 @@ def _pool_sorted(
     return sorted_scores[starts], total, positive, negative
 
 
-def _thresholds(x: np.ndarray, total: np.ndarray, positive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """PAV on pooled ties, trimmed to the block boundary points: (x_thresholds, y_thresholds)."""
-    fitted, blocks = _pav(positive / total, total)
+def _thresholds(x: np.ndarray, total: np.ndarray, positive: np.ndarray, spare: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """PAV on pooled ties, trimmed to the block boundary points: (x_thresholds, y_thresholds).
+
+    ``spare``: ``total`` and ``positive`` are the caller's to overwrite (no copies of millions of rows).
+    """
+    if spare:
+        fitted, blocks = _pav(np.divide(positive, total, out=positive), total, spare=True)
+    else:
+        fitted, blocks = _pav(positive / total, total)
     # Keep the first and last point of every run of equal values: interior
     # points of a flat run add nothing to a linear interpolation. PAV's blocks
     # are such runs (it merges adjacent equal blocks); runs of blocks are taken
@@ -99,17 +105,19 @@ def _thresholds(x: np.ndarray, total: np.ndarray, positive: np.ndarray) -> tuple
     return x[keep], np.clip(fitted[keep], 0.0, 1.0)
 
 
-def _pav(y: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _pav(y: np.ndarray, w: np.ndarray, spare: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(the isotonic fit of ``y``, block boundaries b: block j is rows b_j .. b_{j+1} - 1).
 
-    ``y`` (a new array) is overwritten; ``w`` is not. The same floats as
-    ``scipy.optimize.isotonic_regression``, which wraps the same kernel.
+    ``y`` (a new array) is overwritten; ``w`` is not, unless ``spare`` (a float64 array the
+    caller gives up). The same floats as ``scipy.optimize.isotonic_regression``, which wraps
+    the same kernel.
     """
     if _pava is None:
         result = isotonic_regression(y, weights=w)
         return result.x, result.blocks
     y = np.ascontiguousarray(y, dtype=np.float64)
-    fitted, _, blocks, n_blocks = _pava(y, np.array(w, dtype=np.float64), np.empty(y.shape[0] + 1, dtype=np.intp))
+    w = w if spare else np.array(w, dtype=np.float64)
+    fitted, _, blocks, n_blocks = _pava(y, w, np.empty(y.shape[0] + 1, dtype=np.intp))
     return fitted, blocks[: n_blocks + 1]
 
 
@@ -162,7 +170,7 @@ def _pool_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
 def _pool_keys_lazily(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``_pool_keys`` less the negative weights, with the scores still keys (``_key_scores``
     turns them back): only the few kept as thresholds need turning back."""
-    positive = (keys & 1).astype(np.float64)
+    positive = np.bitwise_and(keys, 1, out=np.empty(keys.shape[0]), casting="unsafe")  # the labels, as 0.0/1.0
     keys >>= 1
     changes = keys[1:] != keys[:-1]
     if changes.all():  # no ties (the usual case at scale): nothing to sum
@@ -175,7 +183,7 @@ def _pool_keys_lazily(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndar
 def _fit_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``_thresholds`` of sorted ``_unit_keys`` (overwritten)."""
     x, total, positive = _pool_keys_lazily(keys)
-    x_thresholds, y = _thresholds(x, total, positive)
+    x_thresholds, y = _thresholds(x, total, positive, spare=True)
     return _key_scores(x_thresholds), y
 
 
