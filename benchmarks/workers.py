@@ -23,6 +23,7 @@ import argparse
 import resource
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -51,7 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     kinds = ("calibd", "echo")
     rates = {(kind, n): [] for kind in kinds for n in (1, 2)}
     latencies = {(kind, n): [] for kind in kinds for n in (1, 2)}
-    cpu = {(kind, n): [] for kind in kinds for n in (1, 2)}  # (server, wrk) CPU seconds per request
+    # (server, wrk, log collector) CPU seconds per request; the collector is this process, reading
+    # the server's access lines from its pipe as a container's log collector would.
+    cpu = {(kind, n): [] for kind in kinds for n in (1, 2)}
     ratios: dict[str, list[float]] = {kind: [] for kind in kinds}
     for pair in range(args.pairs):
         medians = {}
@@ -66,10 +69,11 @@ def main(argv: list[str] | None = None) -> int:
                 pids = process_tree(server.process.pid)
                 results = []
                 for _ in range(args.runs):
-                    server_before, wrk_before = cpu_seconds(pids), _children_cpu()
+                    server_before, wrk_before, own_before = cpu_seconds(pids), _children_cpu(), time.process_time()
                     result = run_wrk(target, body, auth, args.seconds, args.connections, threads=2)
                     cpu[kind, workers].append(((cpu_seconds(pids) - server_before) / result.requests,
-                                               (_children_cpu() - wrk_before) / result.requests))
+                                               (_children_cpu() - wrk_before) / result.requests,
+                                               (time.process_time() - own_before) / result.requests))
                     results.append(result)
             medians[kind, workers] = median([r.rate for r in results])
             rates[kind, workers] += [r.rate for r in results]
@@ -90,10 +94,11 @@ def main(argv: list[str] | None = None) -> int:
         f"`calibd serve --workers N` (N > 1 sets PROMETHEUS_MULTIPROC_DIR), 100-score isotonic /calibrate, and the bare "
         f"echo app with the same uvicorn flags and worker count, same body; wrk -t2 -c{args.connections} on the same 2 "
         "cores; the four servers interleaved in each pair. CPU per request: user + system seconds of the server (all its "
-        "workers) and of wrk, over the same runs.",
+        "workers), of wrk, and of the log collector (the benchmark process reading calibd's access lines from its "
+        "pipe; the echo writes none), over the same runs.",
         "",
-        "| server | workers | req/s (median) | p50 | p99 | server CPU / request | wrk CPU / request | runs |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
+        "| server | workers | req/s (median) | p50 | p99 | server CPU / request | wrk CPU / request | log collector CPU / request | runs |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for kind in kinds:
         for workers in (1, 2):
@@ -101,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
             lines.append(
                 f"| {'calibd' if kind == 'calibd' else 'bare echo'} | {workers} | {fmt_rate(median(rates[key]))} "
                 f"| {median([a for a, _ in latencies[key]]) * 1e3:.2f} ms | {median([b for _, b in latencies[key]]) * 1e3:.2f} ms "
-                f"| {median([a for a, _ in cpu[key]]) * 1e6:.0f} us | {median([b for _, b in cpu[key]]) * 1e6:.0f} us "
+                f"| {median([c[0] for c in cpu[key]]) * 1e6:.0f} us | {median([c[1] for c in cpu[key]]) * 1e6:.0f} us "
+                f"| {median([c[2] for c in cpu[key]]) * 1e6:.0f} us "
                 f"| {', '.join(fmt_rate(r) for r in rates[key])} |"
             )
     lines += ["", f"calibd, 2 workers / 1: **{ratio:.2f}** (each pair: {', '.join(f'{r:.2f}' for r in ratios['calibd'])}); "
