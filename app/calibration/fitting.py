@@ -138,11 +138,10 @@ def fit_calibrator(
     raw = raw_probabilities(scores, input, calibrator)
     given_weights = None if sample_weight is None else weights
     # What does not depend on the fit runs beside it, on a second thread (hashing and
-    # numpy release the GIL): the cross-fit's folds first, the fingerprint, and the metrics
-    # before calibration.
+    # numpy release the GIL): the cross-fit's folds first, then the metrics before
+    # calibration. The fingerprint follows the fit, on whichever thread is free first.
     with ThreadPoolExecutor(max_workers=1) as beside:
         folds = beside.submit(stratified_folds, labels, CROSS_FIT_SPLITS, CROSS_FIT_SEED)
-        fingerprint = beside.submit(holdout_fingerprint, scores, labels, given_weights, extras)
         before = beside.submit(lambda: (summary_metrics(raw, labels, given_weights), evaluate_subsample(raw, labels, given_weights)))
         report(0.05, "fitting")
         fit_started = time.perf_counter()
@@ -153,6 +152,10 @@ def fit_calibrator(
         except CalibrationInputError as error:
             raise CalibrationInputError("scores", f"the fit on this holdout gives an unusable calibrator ({error})") from None
         summary_started = time.perf_counter()
+        if folds.done():  # a long fit: the second thread is free sooner
+            fingerprint = beside.submit(holdout_fingerprint, scores, labels, given_weights, extras)
+        else:  # this thread would only wait for the folds
+            fingerprint = holdout_fingerprint(scores, labels, given_weights, extras)
         report(0.2, "cross-fitting")
         out_of_fold, out_of_fold_extras = cross_val_predict_details(
             calibrator, scores, labels, weights, CROSS_FIT_SPLITS, CROSS_FIT_SEED, folds=folds.result(), arrays=extras,
@@ -167,6 +170,8 @@ def fit_calibrator(
         after = summary_metrics(out_of_fold, labels, given_weights)
         before_metrics, (evaluated_before, rows_used, subsample) = before.result()
         evaluated_after = evaluated_after.result()[0]
+        if not isinstance(fingerprint, str):
+            fingerprint = fingerprint.result()
     summary = {
         "before": before_metrics,
         "after": after,
@@ -190,7 +195,7 @@ def fit_calibrator(
         calibrator=calibrator,
         summary=summary,
         n_samples=int(scores.shape[0]),
-        holdout_sha256=fingerprint.result(),
+        holdout_sha256=fingerprint,
         fit_seconds=finished - started,
         classes=names,
     )
