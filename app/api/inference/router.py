@@ -25,7 +25,7 @@ from ..edge import answer_error, asgi_route, read_body, send_json
 from ..bodies import parse_json_object
 from ..health import readiness_problem
 from ..problems import Problem
-from ..state import services
+from ..state import Services, services
 from ..validation import json_response, request_body
 from . import core, transformer
 from .schemas import InferenceRequest, InferenceResponse, Live, ModelMetadata, ModelReady, Ready, ServerMetadata
@@ -79,7 +79,7 @@ async def infer(scope: Scope, receive: Receive, send: Send) -> None:
         authorize(app.keyring, bearer_token(authorization), ("calibrate",))
         body = await read_body(receive, app.settings.max_body_bytes)
         parameters = scope["path_params"]
-        payload, length = await _infer(scope["app"], body, header_length, parameters["name"], parameters.get("version"))
+        payload, length = await _infer(scope["app"], app, body, header_length, parameters["name"], parameters.get("version"))
     except Exception as error:
         await answer_error(scope, receive, send, error)
         return
@@ -103,10 +103,11 @@ for _path_template, _summary, _parameters in (
     )
 
 
-async def _infer(fastapi_app: Any, body: bytes, header_length: str | None, name: str, version: str | None) -> Answer:
+async def _infer(
+    fastapi_app: Any, app: Services, body: bytes, header_length: str | None, name: str, version: str | None
+) -> Answer:
     data, binary = split_body(body, header_length)
     number = core.parse_version(version)
-    app = fastapi_app.state.services
     ids, costs = request_parameters(data)
     if not _has_scores(data):
         predictor = await transformer.predictor_for(app, name)
@@ -317,6 +318,12 @@ def respond(
     """
     binary_default = _flag(_object(data, "parameters", ""), "binary_data_output", "/parameters", False)
     requested = data.get("outputs")
+    if requested is None and not passthrough and not binary_default:  # the common answer: every output, as JSON
+        tensors = [
+            {"name": output, "datatype": datatype_of(value), "shape": list(value.shape), "data": to_json_data(value)}
+            for output, value in outputs
+        ]
+        return _header(data, name, version, tensors), None
     available = dict(outputs)
     if requested is None:
         chosen = [(output, binary_default) for output, _ in outputs]
@@ -351,11 +358,15 @@ def respond(
         else:
             tensor["data"] = to_json_data(value)
         tensors.append(tensor)
+    header = _header(data, name, version, tensors)
+    if not blobs:
+        return header, None
+    return header + b"".join(blobs), len(header)
+
+
+def _header(data: dict[str, Any], name: str, version: str, tensors: list[dict[str, Any]]) -> bytes:
     body: dict[str, Any] = {"model_name": name, "model_version": version}
     if data.get("id") is not None:
         body["id"] = data["id"]
     body["outputs"] = tensors
-    header = orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
-    if not blobs:
-        return header, None
-    return header + b"".join(blobs), len(header)
+    return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
