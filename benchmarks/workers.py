@@ -115,6 +115,15 @@ def main(argv: list[str] | None = None) -> int:
               f"The bare echo, 2 workers / 1, in the same pairs: **{echo_ratio:.2f}** "
               f"(each pair: {', '.join(f'{r:.2f}' for r in ratios['echo'])}).",
               f"calibd's scaling over the echo's: {ratio / echo_ratio:.2f}."]
+    lines += ["", "The ceiling the CPU per request sets (wrk shares the two cores): one worker can use at most one core, so "
+              "at most 1 / s1 requests a second (s1: its CPU per request); two workers and wrk share two, so at most "
+              "2 / (s2 + w) (s2: the two workers' CPU per request, w: wrk's). The most two workers can gain is "
+              "2 s1 / (s2 + w):", ""]
+    for kind in kinds:
+        s1 = median([c[0] for c in cpu[kind, 1]])
+        s2, w = median([c[0] for c in cpu[kind, 2]]), median([c[1] for c in cpu[kind, 2]])
+        lines.append(f"- {'calibd' if kind == 'calibd' else 'bare echo'}: 2 x {s1 * 1e6:.0f} us / ({s2 * 1e6:.0f} us + "
+                     f"{w * 1e6:.0f} us) = **{2 * s1 / (s2 + w):.2f}**")
     targets = [Target("6", "two uvicorn workers against one, 100-score /calibrate, wrk on the same cores "
                       f"(the bare echo's own ratio in the same run: {echo_ratio:.2f})",
                       f"{fmt_rate(two)} req/s", f"{fmt_rate(one)} req/s (one worker)", ratio, ">= 1.6x", ratio >= 1.6)]
