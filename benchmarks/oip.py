@@ -75,12 +75,16 @@ def rest_against_calibrate(server: Server, cpus, runs: int, seconds: float) -> d
         for url, body in bodies.values():
             run_wrk(url, body, auth, 1.0, 8, cpus=cpus)  # warm
         rates: dict[str, list[float]] = {"calibrate": [], "infer": []}
+        cpu: dict[str, list[float]] = {"calibrate": [], "infer": []}
         for run in range(runs):
             order = ("calibrate", "infer") if run % 2 == 0 else ("infer", "calibrate")
             for route in order:
                 url, body = bodies[route]
-                rates[route].append(run_wrk(url, body, auth, seconds, 8, cpus=cpus).rate)
+                result = run_wrk(url, body, auth, seconds, 8, cpus=cpus, server_pids=server.serving_pids())
+                rates[route].append(result.rate)
+                cpu[route].append(result.server_cpu)
         results[n] = {route: median(values) for route, values in rates.items()}
+        results[n] |= {f"{route}_cpu": median(values) for route, values in cpu.items()}
         print(f"n={n}: /calibrate {results[n]['calibrate']:,.0f}/s, /infer {results[n]['infer']:,.0f}/s", flush=True)
     return results
 
@@ -308,13 +312,23 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"isotonic, 100 scores: calibd {versus['calibd']:,.0f}/s, MLServer {versus['mlserver']:,.0f}/s", flush=True)
 
     lines += ["### REST /v2/models/{name}/infer against /calibrate (isotonic, JSON, wrk, 8 connections)", "",
-              "| scores | /calibrate req/s | /infer req/s | ratio |", "|---:|---:|---:|---:|"]
+              "Server CPU per request from /proc, medians over the runs.", "",
+              "| scores | /calibrate req/s | /infer req/s | ratio | /calibrate CPU/request | /infer CPU/request |",
+              "|---:|---:|---:|---:|---:|---:|"]
     for n, key in zip(SIZES, ("19.1a", "19.1b", "19.1c")):
         ratio = rest[n]["infer"] / rest[n]["calibrate"]
-        lines.append(f"| {n:,} | {fmt_rate(rest[n]['calibrate'])} | {fmt_rate(rest[n]['infer'])} | {ratio:.3f} |")
+        lines.append(f"| {n:,} | {fmt_rate(rest[n]['calibrate'])} | {fmt_rate(rest[n]['infer'])} | {ratio:.3f} | "
+                     f"{rest[n]['calibrate_cpu'] * 1e6:.0f} us | {rest[n]['infer_cpu'] * 1e6:.0f} us |")
         targets.append(Target(key, f"OIP REST /infer against /calibrate, isotonic, {n:,} scores",
                               f"{fmt_rate(rest[n]['infer'])} req/s", f"{fmt_rate(rest[n]['calibrate'])} req/s", ratio,
                               ">= 0.9x", ratio >= 0.9))
+    if any(rest[n]["infer"] / rest[n]["calibrate"] < 0.9 for n in SIZES):
+        lines += ["", "Where /infer's time goes beside /calibrate's: both are plain ASGI endpoints behind the same layer "
+                  "(uvicorn, FastAPI's middleware, Edge's request id, access line and histogram) and share the batch step; "
+                  "what /infer adds is the protocol's envelope, in Python per request: the path's parameters matched by "
+                  "pattern, the inputs' tensor objects checked (name, datatype, shape, parameters), the nesting check that "
+                  "/calibrate's shallow-body test spares it, and the outputs' tensor objects: the difference of the two CPU "
+                  "columns. The rest of each request's CPU is the layer both pay."]
     ratio = grpc_rest["grpc"] / grpc_rest["rest"]
     lines += ["", "### gRPC ModelInfer against REST /infer, 10,000 scores (4 concurrent requests, clients in their own process)", "",
               f"gRPC {fmt_rate(grpc_rest['grpc'])} req/s, REST {fmt_rate(grpc_rest['rest'])} req/s: **{ratio:.2f}x**."]
