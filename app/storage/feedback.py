@@ -589,7 +589,7 @@ def _store_batch(session: Session, calibrator_id: int, batch: LabelledBatch, now
     """Insert a batch's rows, then add those inserted (not duplicates of a labelled id) to the sums and the drift test."""
     # Feedback rows have no foreign key (one check per row): one key-share lock on the calibrator
     # instead, which deleting it waits for (repository.delete_calibrator).
-    if session.scalar(select(CalibratorRow.id).where(CalibratorRow.id == calibrator_id).with_for_update(key_share=True)) is None:
+    if session.scalar(select(CalibratorRow.id).where(CalibratorRow.id == calibrator_id).with_for_update(read=True, key_share=True)) is None:
         raise NotFound(f"#{calibrator_id}")
     terms = feedback_terms(batch.probabilities, batch.labels, batch.accepted)
     duplicates: list[str] = []
