@@ -39,7 +39,7 @@ from .db import transaction
 from .models import (
     CalibratorRow, DriftStateRow, FeedbackRow, IdempotencyRow, MonitorBucketRow, PendingLabelRow, PredictionRow, utcnow,
 )
-from .repository import NotFound, Sessions
+from .repository import NotFound, Sessions, hold_calibrator
 
 logger = logging.getLogger("calibd")
 
@@ -587,9 +587,10 @@ class _Stored:
 
 def _store_batch(session: Session, calibrator_id: int, batch: LabelledBatch, now: datetime, drift: DriftSettings) -> _Stored:
     """Insert a batch's rows, then add those inserted (not duplicates of a labelled id) to the sums and the drift test."""
-    # Feedback rows have no foreign key (one check per row): one key-share lock on the calibrator
-    # instead, which deleting it waits for (repository.delete_calibrator).
-    if session.scalar(select(CalibratorRow.id).where(CalibratorRow.id == calibrator_id).with_for_update(read=True, key_share=True)) is None:
+    # Feedback rows have no foreign key (one check per row): the calibrator is held once instead,
+    # which deleting it waits for (repository.delete_calibrator).
+    hold_calibrator(session, calibrator_id)
+    if session.scalar(select(CalibratorRow.id).where(CalibratorRow.id == calibrator_id)) is None:
         raise NotFound(f"#{calibrator_id}")
     terms = feedback_terms(batch.probabilities, batch.labels, batch.accepted)
     duplicates: list[str] = []

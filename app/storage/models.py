@@ -130,8 +130,8 @@ class FeedbackRow(Base):
     )
 
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
-    #: No foreign key: PostgreSQL would check it per row, most of a batch's COPY. Writers take a
-    #: key-share lock on the calibrator once a batch; deleting a calibrator deletes these rows.
+    #: No foreign key: PostgreSQL would check it per row, most of a batch's COPY. Writers hold the
+    #: calibrator once a batch (repository.hold_calibrator); deleting a calibrator deletes these rows.
     calibrator_id: Mapped[int] = mapped_column(Integer)
     version: Mapped[int] = mapped_column(Integer)
     prediction_id: Mapped[str | None] = mapped_column(String(128), nullable=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, sessionmaker
@@ -289,13 +289,28 @@ def promote(sessions: Sessions, name: str, version: int) -> CalibratorInfo:
         return _calibrator_info(calibrator)
 
 
+#: The advisory lock class of calibrators (PostgreSQL), beside each calibrator's id.
+_CALIBRATOR_LOCK = 0x63616C62  # "calb"
+
+
+def hold_calibrator(session: Session, calibrator_id: int, exclusive: bool = False) -> None:
+    """Until the transaction ends, keep the calibrator from being deleted (shared: feedback writers)
+    or keep its writers out (exclusive: deleting it). An advisory lock rather than a row lock: its
+    queue is fair, so a waiting delete holds back later writers, where row locks taken FOR KEY SHARE
+    by a steady stream of writers could keep the delete waiting for ever. SQLite's write
+    transactions exclude each other already."""
+    if session.get_bind().dialect.name == "postgresql":
+        function = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
+        session.execute(text(f"SELECT {function}(:kind, :id)"), {"kind": _CALIBRATOR_LOCK, "id": calibrator_id})
+
+
 def delete_calibrator(sessions: Sessions, name: str) -> None:
     """Delete the calibrator and, by cascade, all its versions; its feedback (no foreign key) explicitly."""
     with transaction(sessions) as session:
         calibrator = _find(session, name)
-        # Locked first: a feedback write holding its key-share lock commits before its rows are deleted
-        # here, and one arriving later finds no calibrator.
-        session.execute(select(CalibratorRow.id).where(CalibratorRow.id == calibrator.id).with_for_update())
+        # Held first: a feedback write under way commits before its rows are deleted here, and one
+        # arriving later finds no calibrator.
+        hold_calibrator(session, calibrator.id, exclusive=True)
         session.execute(delete(FeedbackRow).where(FeedbackRow.calibrator_id == calibrator.id))
         session.delete(calibrator)
         _bump_generation(session)

@@ -1,11 +1,10 @@
 """Feedback rows without a foreign key to their calibrator.
 
 PostgreSQL checks a foreign key by a trigger per inserted row: for a 5,000-row
-batch of feedback that was most of the COPY's time. A feedback write now takes
-one key-share lock on its calibrator's row instead, and deleting a calibrator
-locks that row first and deletes its feedback itself, so no row is left without
-its calibrator (app/storage/feedback.py ``_store_batch``, repository
-``delete_calibrator``).
+batch of feedback that was most of the COPY's time. A feedback write now holds
+its calibrator once (a shared advisory lock), and deleting a calibrator takes
+that lock alone first and deletes its feedback itself, so no row is left
+without its calibrator (repository ``hold_calibrator``, ``delete_calibrator``).
 
 Revision ID: 0009
 Revises: 0008
