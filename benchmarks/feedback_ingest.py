@@ -25,6 +25,7 @@ the first request to the last answer. Median over ``--runs`` runs.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -34,7 +35,9 @@ import numpy as np
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import Server, Target, fmt_rate, machine, median, postgres_available, postgres_schema, write_results  # noqa: E402
+from _harness import (  # noqa: E402
+    Server, Target, cpu_seconds, fmt_rate, machine, median, postgres_available, postgres_schema, process_tree, write_results,
+)
 
 BATCH = 5_000
 
@@ -109,6 +112,12 @@ def logged_predictions(url: str) -> int:
         engine.dispose()
 
 
+def machine_cpu_seconds() -> float:
+    """CPU seconds every process on the machine has used (/proc/stat): PostgreSQL's backends come and go."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")  # less idle and iowait
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
@@ -127,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(0)
     started_machine = machine()
     rates: dict[str, list[float]] = {"self": [], "ids": [], "copy": [], "copy_ratio": []}
+    # CPU seconds per batch: the whole machine, the calibd process, the clients (this process).
+    cpu: dict[str, list[tuple[float, float, float]]] = {"http": [], "copy": []}
     log_rates: list[float] = []
     with postgres_schema() as url, Server(database_url=url) as server:
         s = rng.random(20_000)
@@ -142,12 +153,17 @@ def main(argv: list[str] | None = None) -> int:
                 bodies.append(orjson.dumps({"calibrator": "fb", "probabilities": p.tolist(), "labels": y.tolist()}))
             # The service and the plain COPY of the same rows, back to back, their order alternating.
             for step in (("http", "copy") if run % 2 == 0 else ("copy", "http")):
+                pids = process_tree(server.process.pid)
+                before = machine_cpu_seconds(), cpu_seconds(pids), time.process_time()
                 if step == "http":
                     seconds, count = post_all(server, bodies, args.clients)
                     rates["self"].append(count / seconds)
                 else:
                     seconds, count = copy_all(url, rows, args.clients)
                     rates["copy"].append(count / seconds)
+                after = machine_cpu_seconds(), cpu_seconds(pids), time.process_time()
+                used = [(b - a) / args.batches for a, b in zip(before, after)]
+                cpu[step].append((used[0], used[1] if step == "http" else 0.0, used[2]))
             rates["copy_ratio"].append(rates["self"][-1] / rates["copy"][-1])
             # -- by prediction id: log, wait for the log, label --------------------------
             before = logged_predictions(url)
@@ -191,7 +207,17 @@ def main(argv: list[str] | None = None) -> int:
         f"({', '.join(fmt_rate(r) for r in rates['copy'])}) | |",
         f"| **self-contained over plain COPY** | **{copy_ratio:.3f}** ({', '.join(f'{r:.2f}' for r in rates['copy_ratio'])}) "
         f"| >= 0.5x: {'met' if copy_ratio >= 0.5 else 'NOT met'} |",
+        "",
+        "Where the CPU goes, per batch of 5,000 (medians over runs; the machine's CPU from /proc/stat, so it includes "
+        "PostgreSQL's backends and whatever else ran):",
+        "",
+        "| step | machine CPU / batch | calibd process | clients | the rest: PostgreSQL and other processes |",
+        "|---|---:|---:|---:|---:|",
     ]
+    for step, label in (("http", "POST /feedback, self-contained"), ("copy", "plain psycopg COPY")):
+        machine_cpu, server_cpu, client_cpu = (median([c[i] for c in cpu[step]]) for i in range(3))
+        lines.append(f"| {label} | {machine_cpu * 1e3:.1f} ms | {server_cpu * 1e3:.1f} ms | {client_cpu * 1e3:.1f} ms "
+                     f"| {(machine_cpu - server_cpu - client_cpu) * 1e3:.1f} ms |")
     targets = [
         Target("4a", "POST /feedback into PostgreSQL, self-contained, batches of 5,000", f"{fmt_rate(self_rate)} items/s",
                "50,000 items/s (target)", self_rate / 50_000, ">= 50,000/s", self_rate >= 50_000,
