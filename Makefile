@@ -9,7 +9,8 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test bench clean
 
-$(RUN_STAMP): pyproject.toml
+# setup.py builds the compiled kernels into app/calibration/ (optional: without a C compiler, numpy serves).
+$(RUN_STAMP): pyproject.toml setup.py app/calibration/_kernels.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e .
@@ -31,4 +32,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) calibd.db .pytest_cache .hypothesis
+	rm -rf $(VENV) calibd.db .pytest_cache .hypothesis build app/calibration/_kernels*.so

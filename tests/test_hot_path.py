@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry, Histogram
 from app.api.calibrate.router import _float_array
 from app.api.logs import JsonFormatter, _utc_milliseconds, format_access, new_request_id, request_id
 from app.api.observability import _observer
+from app.calibration import kernels
 from app.calibration._logistic import fit_logistic
 from app.calibration._multiclass import as_logits, softmax
 from app.calibration.base import Calibrator, CalibrationInputError
@@ -80,6 +81,11 @@ def test_clustered_thresholds_keep_np_interp():
     np.testing.assert_array_equal(model.predict(queries), np.interp(queries, model.x_thresholds_, model.y_thresholds_))
 
 
+def _lookup_built(lookup) -> bool:
+    """The compiled lookup where the kernels are built, else the numpy grid."""
+    return lookup.kernel is not None if kernels.available() else lookup.grid is not None
+
+
 def test_auto_prepares_the_calibrator_it_chose():
     from app.calibration.auto import AutoCalibrator
 
@@ -90,7 +96,7 @@ def test_auto_prepares_the_calibrator_it_chose():
     assert getattr(model.calibrator_, "_lookup", None) is None
     plain = estimate_nbytes(model)
     model.prepare()
-    assert model.calibrator_._lookup.grid is not None
+    assert _lookup_built(model.calibrator_._lookup)
     assert estimate_nbytes(model) > plain
 
 
@@ -98,7 +104,7 @@ def test_the_grid_is_built_when_cached_and_counted():
     model = _isotonic(np.random.default_rng(1), 20_000)
     plain = estimate_nbytes(model)
     model.prepare()
-    assert model._lookup.grid is not None
+    assert _lookup_built(model._lookup)
     assert estimate_nbytes(model) > plain
     # A refit replaces the thresholds, and with them the grid.
     before = model._lookup

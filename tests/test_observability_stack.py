@@ -248,6 +248,7 @@ def test_the_dockerfile_installs_the_package_and_serves_as_a_non_root_user_with_
         directory = package_dirs.get(package, package.replace(".", "/"))
         assert directory.split("/")[0] in copied, f"package {package} ({directory}) is not copied into the image"
     assert pyproject["project"]["readme"] in copied
+    assert "setup.py" in copied  # it builds the compiled kernels
     for private in ("calibd.db", ".venv", ".env", ".git"):
         assert dockerignored(private, ignored), f".dockerignore lets {private} into the build context"
 

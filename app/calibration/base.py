@@ -520,6 +520,13 @@ class Calibrator(BaseEstimator):
         scores = self.check_predict_scores(scores)
         return self._predict_details(scores, **check_arrays(arrays, self.predict_arrays, scores.shape[0]))
 
+    def predict_compiled(self, scores: Any) -> np.ndarray | None:
+        """``predict`` of plain valid scores by a compiled kernel (``kernels.py``): a JSON list of
+        floats or rows of floats, or a C-contiguous float64 array; None when the method has no
+        kernel, the kernels are off, or the scores need ``predict``'s checks (which name the bad
+        element). No extra arrays: methods that take them have no kernel."""
+        return None
+
     def _predict_details(self, scores: np.ndarray, **arrays: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Validated inputs in, (probabilities, extras) out; methods with extras override this."""
         return self._predict(scores, **arrays), {}

@@ -45,6 +45,7 @@ try:  # SciPy's PAV kernel itself: isotonic_regression copies its inputs and che
 except ImportError:  # pragma: no cover - another SciPy layout
     _pava = None
 
+from . import kernels
 from ._fastpath import quick_list
 from .base import Calibrator, CalibrationInputError, check_min_probability, keep_off_edges, state_array
 
@@ -304,16 +305,25 @@ class _Interpolator:
     return non-finite values; then those rows are redone by ``_interp_by_ratio``.
     """
 
-    __slots__ = ("x", "y", "grid", "safe", "nbytes")
+    __slots__ = ("x", "y", "grid", "safe", "kernel", "nbytes")
 
     def __init__(self, x: np.ndarray, y: np.ndarray):
         self.x, self.y = x, y
-        self.grid = _GridLookup.build(x, y)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            self.safe = bool(np.isfinite((y[1:] - y[:-1]) / (x[1:] - x[:-1])).all()) and _compiled_interp is not None
-        self.nbytes = 0 if self.grid is None else self.grid.nbytes
+            slopes = np.append((y[1:] - y[:-1]) / (x[1:] - x[:-1]), 0.0)
+        finite = bool(np.isfinite(slopes).all())
+        #: The compiled lookup, when built (kernels.py): it serves every batch size.
+        self.kernel = kernels.IsotonicLookup.build(x, y, slopes) if finite else None
+        self.grid = None if self.kernel is not None else _GridLookup.build(x, y)
+        self.safe = finite and _compiled_interp is not None
+        self.nbytes = sum(part.nbytes for part in (self.kernel, self.grid) if part is not None)
 
     def __call__(self, scores: np.ndarray | list[float]) -> np.ndarray:
+        """The lookup of valid scores."""
+        if self.kernel is not None:
+            p = self.kernel(scores)
+            if p is not None:
+                return p
         if self.grid is not None and len(scores) >= _GRID_MIN_BATCH:
             return self.grid(np.asarray(scores, dtype=np.float64))
         x, y = self.x, self.y
@@ -455,9 +465,18 @@ class IsotonicCalibrator(Calibrator):
         # The hot path: a short valid list goes to numpy's interp as it is (one numpy
         # call for the whole prediction); everything else through the full checks.
         if not arrays and getattr(self, "n_classes_", 2) == 2 and hasattr(self, "y_thresholds_"):
+            probabilities = self.predict_compiled(scores)
+            if probabilities is not None:
+                return probabilities, {}
             if quick_list(scores, self.input):
                 return self._interpolator()(scores), {}
         return super().predict_details(scores, **arrays)
+
+    def predict_compiled(self, scores):
+        if getattr(self, "n_classes_", 2) != 2 or not hasattr(self, "y_thresholds_"):
+            return None
+        kernel = self._interpolator().kernel
+        return None if kernel is None else kernel(scores, kernels.score_bounds(self.input))
 
     def prepare(self) -> None:
         """Build the lookup grid now."""

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import kernels
 from ._fastpath import plain_array, quick_extremes
 from ._logistic import fit_logistic
 from ._multiclass import MAX_TEMPERATURE, MIN_TEMPERATURE, as_logits, fit_inverse_temperature, softmax
@@ -55,9 +56,17 @@ class TemperatureCalibrator(Calibrator):
         # temperature cannot express that, so the closest it gets is T -> inf.
         self.temperature_ = float(1.0 / inverse_temperature) if inverse_temperature > 1e-12 else 1e12
 
+    def predict_compiled(self, scores):
+        if self.input != "logit" or not hasattr(self, "temperature_"):
+            return None
+        return kernels.softmax(scores, self.temperature_, getattr(self, "n_classes_", 2))
+
     def predict_details(self, scores, **arrays):
-        # The hot path: logit rows of K columns, valid as they stand, in five numpy calls.
+        # The hot path: logit rows of K columns, valid as they stand, by the compiled kernel or
+        # in five numpy calls.
         k = getattr(self, "n_classes_", 2)
+        if not arrays and (probabilities := self.predict_compiled(scores)) is not None:
+            return probabilities, {}
         if not arrays and hasattr(self, "temperature_") and plain_array(scores, self.input, ndim=2, n_columns=k):
             t = self.temperature_
             # Every |z| is at most ||z||_2, so a sum of squares below (600 T)^2 shows in one
@@ -87,6 +96,9 @@ class TemperatureCalibrator(Calibrator):
 
     def _predict(self, scores: np.ndarray) -> np.ndarray:
         if scores.ndim == 2:
+            probabilities = self.predict_compiled(np.ascontiguousarray(scores))  # the bits /calibrate's kernel gives
+            if probabilities is not None:
+                return probabilities
             return _softmax_in_place(as_logits(scores, self.input) / self.temperature_)
         return sigmoid(to_logit(scores, self.input) / self.temperature_)
 

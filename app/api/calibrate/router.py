@@ -42,15 +42,14 @@ MAX_ID_LENGTH = 128
 
 async def calibrate(scope: Scope, receive: Receive, send: Send) -> None:
     """POST /calibrate, a plain ASGI endpoint (``asgi_route``): key, body, calibration, answer."""
+    plain = False
     try:
         app = scope["app"].state.services
         data, raw = await json_request(scope, receive, app, "calibrate")
-        scores = _scores_if_shallow(data)
-        if scores is None:
+        plain = _plain(data)
+        if not plain:
             check_depth(raw)
-        name, version, _, ids, arrays = _envelope(data)
-        if scores is None:
-            scores = data["scores"]
+        name, version, scores, ids, arrays = _envelope(data)
         segments = arrays.pop("segments", None)
         loaded, probabilities, extras = await calibrate_batch(
             app, name, version, scores, ids, arrays, data.get("costs"), segments
@@ -60,6 +59,8 @@ async def calibrate(scope: Scope, receive: Receive, send: Send) -> None:
             body["classes"] = loaded.classes  # the order of the columns (or of class 1 for binary)
         payload = orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
     except Exception as error:
+        if plain:  # scores nested too deep are answered as such, not as bad scores
+            error = _too_deep(raw) or error
         await answer_error(scope, receive, send, error)
         return
     await send_json(send, payload)
@@ -92,8 +93,12 @@ async def calibrate_batch(
         raise Problem.invalid("/scores", f"{len(scores)} scores is more than one request may carry ({limit}, CALIBD_MAX_BATCH_SCORES)")
     loaded = app.store.get(name, version) or await run_in_threadpool(app.store.load, name, version)
     try:
-        values = _float_array(scores)
-        probabilities, extras = loaded.calibrator.predict_details(scores if values is None else values, **arrays)
+        # The JSON list as it is to a compiled kernel, else as a float64 array when it is plainly one.
+        probabilities = None if arrays else loaded.calibrator.predict_compiled(scores)
+        extras: dict = {}
+        if probabilities is None:
+            values = _float_array(scores)
+            probabilities, extras = loaded.calibrator.predict_details(scores if values is None else values, **arrays)
     except CalibrationInputError as error:
         raise input_error(error, ()) from None
     if ids is not None:
@@ -141,15 +146,24 @@ def _feature_rows(loaded: LoadedCalibrator, features: object, n: int) -> list[di
     return feature_rows(check_columns(features, "features", n))  # checked by the calibrator already
 
 
-def _scores_if_shallow(data: dict) -> np.ndarray | None:
-    """The scores as a float64 array when that proves the body shallow: the usual request, a name,
-    perhaps a version and scores as numbers or rows of numbers (``_float_array``), nests at most
-    three levels, and needs no scan of its text for depth. Else None: the body is scanned."""
-    if not data.keys() <= {"calibrator", "version", "scores"} or type(data.get("calibrator")) is not str:
-        return None
-    if type(data.get("version")) not in (int, type(None)):
-        return None
-    return _float_array(data.get("scores"))
+def _plain(data: dict) -> bool:
+    """Whether the body is the usual request: a name, perhaps a version, and scores. Its text
+    then needs no scan for depth: scores a calibrator accepts are numbers or rows of numbers,
+    three levels at most, and scores it refuses are checked for depth then (``_too_deep``)."""
+    return (
+        data.keys() <= {"calibrator", "version", "scores"}
+        and type(data.get("calibrator")) is str
+        and type(data.get("version")) in (int, type(None))
+    )
+
+
+def _too_deep(raw: bytes) -> Problem | None:
+    """The 400 for a body nested deeper than calibd takes, or None."""
+    try:
+        check_depth(raw)
+    except Problem as problem:
+        return problem
+    return None
 
 
 #: The calibrate counters' children by calibrator name: ``labels()`` takes a lock and builds a key each call.
@@ -237,12 +251,10 @@ if os.environ.get("CALIBD_BENCHMARK_ROUTES") == "1":
     async def calibrate_baseline(scope: Scope, receive: Receive, send: Send) -> None:
         try:
             data, raw = await json_request(scope, receive, scope["app"].state.services, "calibrate")
-            values = _scores_if_shallow(data)
-            if values is None:
+            if not _plain(data):
                 check_depth(raw)
             name, version, scores, ids, arrays = _envelope(data)
-            if values is None:
-                values = _float_array(scores)
+            values = _float_array(scores)
             body = {"calibrator": name, "version": version or 1, "probabilities": scores if values is None else values}
             payload = orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
         except Exception as error:
