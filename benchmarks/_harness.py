@@ -133,12 +133,13 @@ class Server:
     """``calibd serve`` in a child process of its own, with the benchmark routes on and auth on."""
 
     def __init__(self, database_url: str | None = None, workers: int = 1, env: dict[str, str] | None = None,
-                 log: str = "pipe"):
+                 log: str = "pipe", key: str | None = None):
         self.tmp = Path(tempfile.mkdtemp(prefix="calibd-bench-"))
         self.database_url = database_url or f"sqlite:///{self.tmp / 'calibd.db'}"
         self.workers = workers
         self.port = free_port()
-        self.key = f"calibd_bench{secrets.token_hex(4)}_{secrets.token_hex(16)}"  # its own key id
+        # Its own key id, unless given one (servers that one wrk header must open).
+        self.key = key or f"calibd_bench{secrets.token_hex(4)}_{secrets.token_hex(16)}"
         self.env = {
             **os.environ,
             "CALIBD_DATABASE_URL": self.database_url,

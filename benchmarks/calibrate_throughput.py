@@ -11,6 +11,9 @@ together to one core (``split_cpus``), wrk to the other:
     with the same flags and worker count, parsing the same body with orjson and
     answering an equal-sized orjson array; no middleware, auth, log or metrics.
     The floor a user would compare calibd with: every figure's ratio is to it;
+  * on SQLite, a second ``calibd serve`` with ``CALIBD_KERNELS=0``: the same
+    service calibrating on numpy alone, without the compiled kernels
+    (app/calibration/kernels.py); /calibrate over it is what they gain served;
   * MLServer 1.7.1 (its own virtualenv, .venv-mlserver/, built on first use by
     tests/mlserver_env.py) serving scikit-learn's IsotonicRegression fitted on
     the same 50,000-row holdout as calibd's isotonic calibrator (its sklearn
@@ -133,11 +136,13 @@ def agreement(calibd: Server, ml, payload: bytes) -> float:
 
 
 def measure(server: Server, echo: EchoServer, payloads: dict[str, bytes], runs: int, seconds: float,
-            connections: int, ml=None) -> dict:
+            connections: int, ml=None, numpy_path: Server | None = None) -> dict:
     auth = server.headers["Authorization"]
     pids = {"calibd": server.serving_pids(), "echo": echo.serving_pids()}
     if ml is not None:
         pids["mlserver"] = [ml.process.pid]
+    if numpy_path is not None:
+        pids["numpy"] = numpy_path.serving_pids()
     cpus = split_cpus([pid for group in pids.values() for pid in group])  # the servers on one core, wrk on the other
     targets = {  # route: (url, body of the workload, pids)
         "echo": (echo.url, None, pids["echo"]),
@@ -146,6 +151,8 @@ def measure(server: Server, echo: EchoServer, payloads: dict[str, bytes], runs: 
     }
     if ml is not None:
         targets["mlserver"] = (f"{ml.url}/v2/models/{MLSERVER_MODEL}/infer", "v2", pids["mlserver"])
+    if numpy_path is not None:  # the same key: the benchmark gives both servers its own
+        targets["numpy"] = (numpy_path.url + "/calibrate", None, pids["numpy"])
 
     def routes(key: str) -> list[str]:
         return [r for r in targets if r != "mlserver" or key == MLSERVER_WORKLOAD]
@@ -198,22 +205,27 @@ def _cell(s: dict) -> str:
 
 def table(summary: dict[str, dict]) -> list[str]:
     ml = any("mlserver" in s for s in summary.values())
+    numpy_path = any("numpy" in s for s in summary.values())
     lines = [
         "| workload | bare echo req/s (p50 / p99) | /calibrate req/s (p50 / p99) | **/calibrate / echo** (each run) "
         "| in-app baseline req/s (p50 / p99) | /calibrate / baseline "
+        + ("| kernels off (CALIBD_KERNELS=0) req/s (p50 / p99) | /calibrate / kernels off " if numpy_path else "")
         + ("| MLServer req/s (p50 / p99) | /calibrate / MLServer " if ml else "")
         + "| server CPU per request: echo / /calibrate | target |",
-        "|---|---:|---:|---|---:|---:|" + ("---:|---:|" if ml else "") + "---:|---|",
+        "|---|---:|---:|---|---:|---:|" + ("---:|---:|" if numpy_path else "") + ("---:|---:|" if ml else "") + "---:|---|",
     ]
     for key, label, _, _, need in WORKLOADS:
         s = summary[key]
         runs = ", ".join(f"{r:.2f}" for r in s["echo"]["ratios"])
+        numpy_cells = ""
+        if numpy_path:
+            numpy_cells = f"| {_cell(s['numpy'])} | {s['numpy']['ratio']:.3f} " if "numpy" in s else "| | "
         mlcells = ""
         if ml:
             mlcells = (f"| {_cell(s['mlserver'])} | **{s['mlserver']['ratio']:.2f}x** " if "mlserver" in s else "| | ")
         lines.append(
             f"| {label} | {_cell(s['echo'])} | {_cell(s['calibrate'])} | **{s['echo']['ratio']:.3f}** ({runs}) "
-            f"| {_cell(s['baseline'])} | {s['baseline']['ratio']:.3f} {mlcells}"
+            f"| {_cell(s['baseline'])} | {s['baseline']['ratio']:.3f} {numpy_cells}{mlcells}"
             f"| {s['echo']['cpu'] * 1e6:.0f} / {s['calibrate']['cpu'] * 1e6:.0f} us "
             f"| >= {need}x echo: {'met' if s['echo']['ratio'] >= need else 'NOT met'} |"
         )
@@ -246,11 +258,16 @@ def main(argv: list[str] | None = None) -> int:
             server = stack.enter_context(Server(database_url=url))
             echo = stack.enter_context(EchoServer(workers=server.workers))
             info[label] = fit_calibrators(server, np.random.default_rng(1))
+            numpy_path = None
+            if label == "SQLite":  # calibd on numpy alone: what the compiled kernels gain served
+                numpy_path = stack.enter_context(Server(env={"CALIBD_KERNELS": "0"}, key=server.key))
+                fit_calibrators(numpy_path, np.random.default_rng(1))
             ml = None
             if label == "SQLite" and not args.no_mlserver:
                 ml = stack.enter_context(mlserver(info[label]["holdout"]))
                 info[label]["agreement"] = agreement(server, ml, payloads[MLSERVER_WORKLOAD])
-            summaries[label] = summarise(measure(server, echo, payloads, args.runs, args.seconds, args.connections, ml))
+            summaries[label] = summarise(
+                measure(server, echo, payloads, args.runs, args.seconds, args.connections, ml, numpy_path))
 
     lines = [
         "## /calibrate throughput against a bare echo server (targets 1a-1d, 7)",
@@ -260,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
         f"wrk -t1 -c{args.connections} on the other, each server in turn per run. calibd: `calibd serve`, auth on "
         "(one key), JSON access log on, request metrics on. Bare echo: benchmarks/echo_app.py, FastAPI + orjson on "
         "the same uvicorn flags, answering the scores it was sent. In-app baseline: `POST /benchmark/calibrate-baseline`, "
-        "everything /calibrate does but calibrating. Ratios: median over runs of /calibrate req/s over the other's, "
+        "everything /calibrate does but calibrating. Kernels off: a second `calibd serve` with CALIBD_KERNELS=0, "
+        "calibrating on numpy alone (app/calibration/kernels.py). Ratios: median over runs of /calibrate req/s over the other's, "
         "measured back to back; p50 / p99 are wrk's medians over runs. "
         f"Isotonic calibrator: {info['SQLite']['iso_thresholds']} thresholds (50,000-row holdout)"
         + (f"; MLServer 1.7.1 serves scikit-learn's IsotonicRegression fitted on the same holdout (mlserver-sklearn, "
