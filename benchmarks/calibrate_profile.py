@@ -75,7 +75,7 @@ STEPS = [
 
 
 def step_route(level: int):
-    from app.api.bodies import parse_json_object, require_json
+    from app.api.bodies import float_array, parse_json_object, require_json
     from app.api.state import services
     from app.api.validation import json_response
 
@@ -85,7 +85,7 @@ def step_route(level: int):
         require_json(request.headers)
         data = parse_json_object(await request.body())
         name, version, scores, ids, arrays = router._envelope(data)
-        values = router._float_array(scores) if level >= 1 else None
+        values = float_array(scores) if level >= 1 else None
         parsed = scores if values is None else values
         if level >= 2:
             loaded = services(request).store.get(name, version)
@@ -207,11 +207,11 @@ TEMPERATURE_CALLS = [
 async def temperature_calls(app, key: str, body: bytes, requests: int) -> dict[str, tuple[float, float]]:
     """Median seconds of each numpy call of the temperature quick path, and of predict_details:
     (in a loop of its own, once after each request through the app)."""
-    from app.api.calibrate.router import _float_array
+    from app.api.bodies import float_array
 
     loaded = app.state.services.store.get("temp10", None)
     calibrator, t = loaded.calibrator, loaded.calibrator.temperature_
-    z = _float_array(orjson.loads(body)["scores"])
+    z = float_array(orjson.loads(body)["scores"])
     clock = time.perf_counter_ns
 
     def timed_calls() -> tuple[list[int], np.ndarray]:

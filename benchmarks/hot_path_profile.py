@@ -37,7 +37,7 @@ PARTS = [
     ("calibration (predict_details and its numpy)", r"app/calibration/"),
     ("JSON nesting check", r"check_depth|_structure_depth|nesting_depth"),
     ("JSON parse (orjson)", r"parse_json"),
-    ("scores to a float64 array", r"_float_array"),
+    ("scores to a float64 array", r"(?<!as_)float_array"),
     ("key check", r"app/api/auth\.py|app/storage/keys\.py|fastapi/security/"),
     ("access log (record, format, write)", r"app/api/logs\.py|logging/__init__\.py|access_line"),
     ("duration histogram, counters", r"app/api/observability\.py|prometheus_client/"),

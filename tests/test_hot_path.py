@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry, Histogram
 
-from app.api.calibrate.router import _float_array
+from app.api.bodies import float_array
 from app.api.logs import JsonFormatter, _utc_milliseconds, format_access, new_request_id, request_id
 from app.api.observability import _observer
 from app.calibration import kernels
@@ -179,17 +179,17 @@ def test_temperature_rows_match_softmax(k, scale):
 def test_float_array_is_np_asarray_or_declines():
     rng = np.random.default_rng(5)
     long = rng.random(1000).tolist()
-    np.testing.assert_array_equal(_float_array(long), np.asarray(long))
+    np.testing.assert_array_equal(float_array(long), np.asarray(long))
     mixed = [0.5, *[1, 0, 0.25] * 100]
-    np.testing.assert_array_equal(_float_array(mixed), np.asarray(mixed, dtype=float))
+    np.testing.assert_array_equal(float_array(mixed), np.asarray(mixed, dtype=float))
     # Booleans are not numbers: declined, so that the calibrator's checks point at them.
-    assert _float_array([*mixed, True]) is None and _float_array([[0.5, 0.25], [0.5, False]] * 200) is None
+    assert float_array([*mixed, True]) is None and float_array([[0.5, 0.25], [0.5, False]] * 200) is None
     rows = rng.normal(size=(50, 4)).tolist()
-    np.testing.assert_array_equal(_float_array(rows), np.asarray(rows))
-    assert _float_array(rows).flags.writeable
+    np.testing.assert_array_equal(float_array(rows), np.asarray(rows))
+    assert float_array(rows).flags.writeable
     for declined in (long[:10], [1, *long], [*long, "x"], [*long, None], [*long, [0.1]], [*long, 10**400],
                      [[0.1, 0.2], [0.3]], [[0.1, 0.2], 0.3], [[0.1, "a"]], [], "0.1", None):
-        assert _float_array(declined) is None
+        assert float_array(declined) is None
 
 
 # -- fits ------------------------------------------------------------------------------------------

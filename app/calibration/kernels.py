@@ -42,11 +42,22 @@ def available() -> bool:
     return _compiled is not None
 
 
+def _plain(scores: object) -> object:
+    """A list as it is; a float array as an aligned C-contiguous float64 one (a copy only when it is
+    not one already: a view, float32, or a tensor's bytes at an odd offset), which the kernels read
+    in place; None for anything else."""
+    if type(scores) is list:
+        return scores if scores else None
+    if type(scores) is np.ndarray and scores.dtype.kind == "f" and scores.ndim and scores.shape[0]:
+        return np.require(scores, np.float64, ("C", "A"))
+    return None
+
+
 def softmax(scores: object, temperature: float, k: int) -> np.ndarray | None:
     """softmax(z / T) of each row of ``k`` logits, rows within |z / T| < 600 unshifted and the
     others shifted by their maximum (``temperature._softmax_in_place``); None when the kernels
     are off or ``scores`` are not rows of ``k`` finite floats."""
-    if _compiled is None or type(scores) not in (list, np.ndarray) or not len(scores):
+    if _compiled is None or (scores := _plain(scores)) is None:
         return None
     out = np.empty((len(scores), k))
     return out if _compiled.softmax(scores, temperature, k, out) else None
@@ -87,7 +98,7 @@ class IsotonicLookup:
     def __call__(self, scores: object, bounds: tuple[float, float] = _FINITE) -> np.ndarray | None:
         """The lookup of every score, if all are floats within ``bounds`` (a list, or a 1-D
         C-contiguous float64 array); else None."""
-        if type(scores) not in (list, np.ndarray) or not len(scores):
+        if (scores := _plain(scores)) is None:
             return None
         out = np.empty(len(scores))
         low, high = bounds

@@ -96,7 +96,7 @@ class TemperatureCalibrator(Calibrator):
 
     def _predict(self, scores: np.ndarray) -> np.ndarray:
         if scores.ndim == 2:
-            probabilities = self.predict_compiled(np.ascontiguousarray(scores))  # the bits /calibrate's kernel gives
+            probabilities = self.predict_compiled(scores)  # the bits /calibrate's kernel gives
             if probabilities is not None:
                 return probabilities
             return _softmax_in_place(as_logits(scores, self.input) / self.temperature_)

@@ -7,7 +7,6 @@ from the in-memory store, and the database is read only on a cache miss.
 from __future__ import annotations
 
 import os
-import struct
 
 import numpy as np
 import orjson
@@ -16,8 +15,6 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import Receive, Scope, Send
 
 from ...calibration import CalibrationInputError
-from ...calibration._fastpath import LIST_MAX
-from ...calibration.base import boolean_index, may_hold_booleans
 from ...calibration.columns import check_columns
 from ...calibration.decisions import check_costs, decide
 from ...monitoring.segments import check_rows
@@ -25,7 +22,7 @@ from ...storage import segments as segment_store
 from ...storage.cache import LoadedCalibrator
 from ...storage.feedback import feature_rows
 from ..auth import REQUIRE_CALIBRATE
-from ..bodies import check_depth
+from ..bodies import check_depth, float_array
 from ..edge import answer_error, asgi_route, json_request, send_json
 from ..observability import CALIBRATE_REQUESTS, CALIBRATE_SCORES
 from ..problems import Problem, input_error
@@ -97,7 +94,7 @@ async def calibrate_batch(
         probabilities = None if arrays else loaded.calibrator.predict_compiled(scores)
         extras: dict = {}
         if probabilities is None:
-            values = _float_array(scores)
+            values = float_array(scores)
             probabilities, extras = loaded.calibrator.predict_details(scores if values is None else values, **arrays)
     except CalibrationInputError as error:
         raise input_error(error, ()) from None
@@ -175,48 +172,6 @@ def _count(name: str) -> tuple:
     return children
 
 
-def _float_array(values: object) -> np.ndarray | None:
-    """A JSON list of more than LIST_MAX floats, or of equal-length rows of floats, as a
-    float64 array; else None.
-
-    ``np.asarray`` inspects every element of a list to find its dtype (about
-    20-35 ns a number here); ``struct`` packs them straight into the array's
-    buffer (about 9 ns). It starts from a float, so numpy would also have made
-    float64 of the list, and it converts ints inside the list as numpy would.
-    Anything else (strings, nulls, nesting, ragged rows, an int first, a boolean)
-    returns None, and the calibrator validates the list itself, errors included.
-    """
-    if type(values) is not list or not values:
-        return None
-    first = values[0]
-    try:
-        if type(first) is float and len(values) > LIST_MAX:  # shorter lists are checked as lists
-            out = np.empty(len(values))
-            struct.pack_into(f"{len(values)}d", out, 0, *values)
-            return _unless_booleans(out, values)
-        if type(first) is list and first and type(first[0]) is float:
-            width = len(first)
-            flat: list = []
-            for row in values:
-                if type(row) is not list or len(row) != width:
-                    return None
-                flat += row
-            out = np.empty((len(values), width))
-            struct.pack_into(f"{len(flat)}d", out, 0, *flat)
-            return _unless_booleans(out, values)
-    except (struct.error, TypeError, OverflowError):
-        return None
-    return None
-
-
-def _unless_booleans(out: np.ndarray, values: list) -> np.ndarray | None:
-    """``out``, or None when ``values`` held a boolean (``struct`` packs it as 0 or 1): the
-    calibrator's own checks then refuse it, pointing at it."""
-    if may_hold_booleans(out) and boolean_index(values, out.ndim) is not None:
-        return None
-    return out
-
-
 def _envelope(data: dict) -> tuple[str, int | None, object, list[str] | None, dict]:
     """Check the request's fields by hand: cheaper than a pydantic model per request.
 
@@ -254,7 +209,7 @@ if os.environ.get("CALIBD_BENCHMARK_ROUTES") == "1":
             if not _plain(data):
                 check_depth(raw)
             name, version, scores, ids, arrays = _envelope(data)
-            values = _float_array(scores)
+            values = float_array(scores)
             body = {"calibrator": name, "version": version or 1, "probabilities": scores if values is None else values}
             payload = orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
         except Exception as error:

@@ -14,7 +14,7 @@ import numpy as np
 
 from ...calibration.base import NOT_A_BOOLEAN, boolean_index, may_hold_booleans
 
-from ..calibrate.router import _float_array
+from ..bodies import float_array
 from ..problems import Problem
 
 #: The protocol's numeric datatypes as little-endian numpy dtypes.
@@ -93,7 +93,7 @@ def from_json(data: Any, datatype: str, shape: tuple[int, ...], where: str) -> A
     """A tensor's JSON ``data`` (flat or nested, row-major) checked against its shape.
 
     Floats, flat or in rows, are packed into a float64 array as /calibrate packs its scores
-    (``_float_array``), except a short flat list, returned as it is for the calibrators' list
+    (``float_array``), except a short flat list, returned as it is for the calibrators' list
     fast path; anything else goes through numpy into an array of ``shape``. ``BYTES`` data
     comes back as a list of strings.
     """
@@ -107,7 +107,7 @@ def from_json(data: Any, datatype: str, shape: tuple[int, ...], where: str) -> A
             raise TensorError(where + "/data", f"has {len(flat)} elements but shape {list(shape)} needs {elements(shape)}")
         return flat
     if datatype in FLOATS and len(shape) <= 2:
-        packed = _float_array(data)
+        packed = float_array(data)
         if packed is not None and packed.shape == shape:
             return packed.astype(np.float32).astype(np.float64) if datatype == "FP32" else packed
         if datatype == "FP64" and len(shape) == 1 and len(data) == shape[0] and (not data or type(data[0]) is not list):
