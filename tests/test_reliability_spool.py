@@ -31,6 +31,26 @@ def spools(folder: Path) -> list[Path]:
     return sorted(folder.glob("calibd-fit-*"))
 
 
+def children(pid: int) -> list[int]:
+    """The live child processes of ``pid`` (Linux: /proc/<pid>/task/<tid>/children)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(child) for child in (task / "children").read_text().split()]
+        except OSError:  # the thread ended meanwhile
+            pass
+    return found
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its new parent to reap it does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
 def test_a_killed_process_spool_file_is_removed_at_the_next_start(fresh_database, tmp_path):
     folder = tmp_path / "spool"
     folder.mkdir()
@@ -59,9 +79,13 @@ def test_a_killed_process_spool_file_is_removed_at_the_next_start(fresh_database
             wait_for(lambda: any(p != held and p.stat().st_size > SPOOL_MIN_BYTES for p in spools(folder)))
             left = [p for p in spools(folder) if p != held]
             assert len(left) == 1 and left[0].suffix == ".json", left
+            workers = children(server.pid)  # the fit workers (perhaps still importing) and their resource tracker
+            assert workers
             server.kill()  # SIGKILL: no cleanup runs
             connection.close()
             assert left[0].exists(), "the kill should have left the spool file behind"
+            # The dead process's workers end too, even those it started moments before: none waits for ever.
+            wait_for(lambda: not any(running(pid) for pid in workers), timeout=60)
             server.start()
             # The new process removed the dead one's file, and only that.
             assert not left[0].exists()

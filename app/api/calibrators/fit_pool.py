@@ -307,6 +307,11 @@ def _init_worker(progress_queue: Any = None) -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):  # not Linux: the pool's own shutdown stops the workers
         pass
+    # A serving process killed while this worker imported (seconds) died before the signal was
+    # asked for: the worker has been handed to another parent, and would wait for fits for ever.
+    parent = multiprocessing.parent_process()
+    if parent is not None and os.getppid() != parent.pid:
+        os._exit(0)
 
 
 def _lower_priority() -> None:
