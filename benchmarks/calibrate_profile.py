@@ -11,7 +11,9 @@
       B  + make the scores a float64 array (struct, for more than 256 scores or
          rows), answered: the throughput benchmark's baseline route;
       C  + find the calibrator in memory and count the request (two counters);
-      D  + the calibrator's predict_details (validation and calibration);
+      D  + calibrating as /calibrate does: the compiled kernel on the parsed list
+         (app/calibration/kernels.py; B's array is then not made), else
+         predict_details on B's array (validation and calibration);
       E  + answer the probabilities instead of the scores: /calibrate.
     The increments are what each step costs per request here; E - B is what
     calibrating costs over the HTTP + JSON floor the baseline measures.
@@ -20,9 +22,10 @@
     loop that never waits on a socket would rarely get the GIL, and while it
     waited every GIL-releasing numpy call would pay to wake it (10-20 us).
     Then the temperature workload's predict, call by call: the five numpy
-    calls of TemperatureCalibrator's quick path (their result checked against
-    predict_details), each timed in a loop of its own (warm) and once after
-    each request through the app, as a served request meets them.
+    calls of TemperatureCalibrator's numpy path (their result checked against
+    it), each timed in a loop of its own (warm) and once after each request
+    through the app, as a served request meets them; and beside them the
+    compiled kernel on the JSON list, which /calibrate calls instead.
 (2) The GIL hand-off tax, each figure in a fresh interpreter: the median time
     of one numpy call (np.add on 1,000 floats, which releases the GIL, and on
     400, which does not) after ~30 us of Python work, alone and beside a thread
@@ -69,7 +72,7 @@ STEPS = [
     ("A", "parse, envelope, answer the parsed scores"),
     ("B", "+ scores to a float64 array (the baseline route)"),
     ("C", "+ calibrator from memory, two counters"),
-    ("D", "+ predict_details (validation, calibration)"),
+    ("D", "+ calibration as /calibrate does it (the kernel on the list, no array; else predict_details on the array)"),
     ("E", "+ answer the probabilities (all /calibrate does)"),
 ]
 
@@ -85,14 +88,16 @@ def step_route(level: int):
         require_json(request.headers)
         data = parse_json_object(await request.body())
         name, version, scores, ids, arrays = router._envelope(data)
-        values = float_array(scores) if level >= 1 else None
-        parsed = scores if values is None else values
         if level >= 2:
             loaded = services(request).store.get(name, version)
             requests, scored = router._counters.get(name) or router._count(name)
             requests.inc()
             scored.inc(len(scores))
-        if level >= 3:
+        # From D on, as /calibrate: a compiled kernel reads the list itself, and no array is made.
+        probabilities = loaded.calibrator.predict_compiled(scores) if level >= 3 else None
+        values = float_array(scores) if level >= 1 and probabilities is None else None
+        parsed = scores if values is None else values
+        if level >= 3 and probabilities is None:
             probabilities, extras = loaded.calibrator.predict_details(parsed)
         if level >= 4:
             return json_response({"calibrator": name, "version": loaded.version, "probabilities": probabilities})
@@ -209,9 +214,12 @@ async def temperature_calls(app, key: str, body: bytes, requests: int) -> dict[s
     (in a loop of its own, once after each request through the app)."""
     from app.api.bodies import float_array
 
+    from app.calibration.temperature import _unshifted_softmax
+
     loaded = app.state.services.store.get("temp10", None)
     calibrator, t = loaded.calibrator, loaded.calibrator.temperature_
-    z = float_array(orjson.loads(body)["scores"])
+    rows = orjson.loads(body)["scores"]
+    z = float_array(rows)
     clock = time.perf_counter_ns
 
     def timed_calls() -> tuple[list[int], np.ndarray]:
@@ -229,12 +237,16 @@ async def temperature_calls(app, key: str, body: bytes, requests: int) -> dict[s
         return [b - a for a, b in zip(times, times[1:])], w
 
     def timed_predict() -> list[int]:
-        started = clock()
-        calibrator.predict_details(z)
-        return [clock() - started]
+        times = [clock()]
+        _unshifted_softmax(z / t)  # the numpy path, whole
+        times.append(clock())
+        if calibrator.predict_compiled(rows) is None:  # the kernel on the list, as /calibrate calls it
+            calibrator.predict_details(z)
+        times.append(clock())
+        return [b - a for a, b in zip(times, times[1:])]
 
-    # The same arithmetic as the calibrator's quick path, bit for bit, or this table describes other code.
-    np.testing.assert_array_equal(timed_calls()[1], calibrator.predict_details(z)[0])
+    # The same arithmetic as the calibrator's numpy path, bit for bit, or this table describes other code.
+    np.testing.assert_array_equal(timed_calls()[1], _unshifted_softmax(z / t))
     warm = [timed_calls()[0] + timed_predict() for _ in range(requests)]
     cold: list[list[int]] = [[], []]
     for i in range(2 * requests):
@@ -242,7 +254,7 @@ async def temperature_calls(app, key: str, body: bytes, requests: int) -> dict[s
         await call(app, "/profile/step1", body, key)
         cold[i % 2].append(timed_calls()[0] if i % 2 == 0 else timed_predict())
     cold_rows = [calls + predict for calls, predict in zip(*cold)]
-    labels = [*TEMPERATURE_CALLS, "predict_details (all of it)"]
+    labels = [*TEMPERATURE_CALLS, "the numpy path, all of it", "the compiled kernel on the JSON list (as /calibrate calls it)"]
     return {label: (statistics.median(x[i] for x in warm) / 1e9, statistics.median(x[i] for x in cold_rows) / 1e9)
             for i, label in enumerate(labels)}
 
@@ -353,11 +365,12 @@ def main(argv: list[str] | None = None) -> int:
     lines.append("| A / E (against the parsed scores alone) | "
                  + " | ".join(f"{results[k]['A'] / results[k]['E']:.2f}" for k in results) + " |")
     lines += ["", "The temperature workload's predict (100 rows x 10 classes), call by call: the numpy calls of the "
-              "calibrator's quick path, each timed in a loop of its own (warm) and once after each request through "
-              "the app (as a served request meets them), median, microseconds. What a call costs on a request is "
-              "mostly fixed (dispatch, and code and data evicted by the rest of the request), not arithmetic, so "
-              "fewer, larger calls are what would save time; a softmax needs a check, a scale, exp, row sums and a "
-              "division, so five is the least numpy calls can do it in.", "",
+              "calibrator's numpy path (CALIBD_KERNELS=0), each timed in a loop of its own (warm) and once after each "
+              "request through the app (as a served request meets them), median, microseconds; then that path whole, "
+              "and the compiled kernel reading the JSON list, which /calibrate calls instead. What a numpy call costs "
+              "on a request is mostly fixed (dispatch, and code and data evicted by the rest of the request), not "
+              "arithmetic; a softmax needs a check, a scale, exp, row sums and a division, so five is the least numpy "
+              "calls can do it in, where the kernel makes one call, with no float64 array of the list made first.", "",
               "| call | warm | after a request |", "|---|---:|---:|"]
     for label, (warm, cold) in calls.items():
         lines.append(f"| `{label}` | {warm * 1e6:.1f} | {cold * 1e6:.1f} |")
