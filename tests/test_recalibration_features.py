@@ -282,3 +282,89 @@ def test_the_columns_a_refit_takes():
     assert feature_columns(rows, ["country", "age"]) == ([0, 3], {"country": ["br", "in"], "age": [30.0, None]})
     # No names known: the newest row's columns.
     assert feature_columns(rows, []) == ([3], {"country": ["in"], "age": [None], "plan": ["a"]})
+
+
+# -- features (and segments) as table columns: feature.<name>, segment.<dimension> ----------------
+def _table(columns: dict) -> "pa.Table":
+    import pyarrow as pa
+
+    return pa.table({
+        key: pa.array(values).dictionary_encode() if key == "feature.country" else pa.array(values, pa.float64() if key == "feature.age" else None)
+        for key, values in columns.items()
+    })
+
+
+def _send_table(client, kind, path, fields, table):
+    from .test_api_tables import arrow_stream, parquet
+
+    if kind == "arrow":
+        return client.post(path, params=fields, content=arrow_stream(table), headers={"Content-Type": "application/vnd.apache.arrow.stream"})
+    return client.post(path, data=fields, files={"file": ("t.parquet", parquet(table), "application/vnd.apache.parquet")})
+
+
+@pytest.mark.parametrize("kind", ["arrow", "parquet"])
+def test_a_fit_takes_its_features_as_feature_columns_of_a_table(client, name, kind):
+    from .test_api_tables import same_fit, stored
+
+    z, y, features = world(1500, 6)
+    table = _table({"label": y.tolist(), "score": z.tolist(), **{f"feature.{k}": v for k, v in features.items()}})
+    fields = {"name": name, "method": "multicalibration", "input": "logit"}
+    response = _send_table(client, kind, "/calibrators", fields, table)
+    assert response.status_code == 201, response.text
+    from_table = stored(client, response.json())
+    as_json = client.post("/calibrators", json=fields | {"holdout": {"scores": z.tolist(), "labels": y.tolist(), "features": features}})
+    assert as_json.status_code == 201, as_json.text
+    same_fit(from_table, stored(client, as_json.json()))
+
+
+@pytest.mark.parametrize("kind", ["arrow", "parquet"])
+def test_feedback_tables_carry_features_and_segments_as_json_does(client, row_counts, name, kind):
+    fit_features(client, name)
+    declared = client.put(f"/calibrators/{name}/segments", json={"dimensions": ["country"], "max_values": 5})
+    assert declared.status_code == 200, declared.text
+    z, y, features = world(40, 7)
+    probabilities = client.post("/calibrate", json={"calibrator": name, "scores": z.tolist(), "features": features}).json()["probabilities"]
+    table = _table({"probability": probabilities, "score": z.tolist(), "label": y.tolist(),
+                    **{f"feature.{k}": v for k, v in features.items()}, "segment.country": features["country"]})
+    response = _send_table(client, kind, "/feedback", {"calibrator": name, "version": "1"}, table)
+    assert response.status_code == 202, response.text
+    assert response.json()["count"] == 40
+    stored = stored_features(row_counts, name)
+    assert [f for _, f in stored] == [{k: v[i] for k, v in features.items()} for i in range(40)]
+    monitor = client.get(f"/calibrators/{name}/monitor").json()
+    samples = {s["segment"]: s["windows"]["last_10000"]["samples"] for s in monitor["segments"] if s["dimension"] == "country"}
+    assert samples == {c: features["country"].count(c) for c in set(features["country"])}
+
+
+@pytest.mark.parametrize(
+    "extra, pointer",
+    [
+        ({"feature.country": [1.0, 2.0, 3.0]}, "/feature.country"),  # fitted as categorical
+        ({"feature.colour": ["a", "b", "c"]}, "/feature.colour"),  # not a feature of the version
+        ({"segment.device": ["ios", "ios", "web"]}, "/segment.device"),  # not a declared dimension
+        ({"feature.flag": [True, False, True]}, "/feature.flag"),  # booleans are neither strings nor numbers
+    ],
+)
+def test_bad_feature_or_segment_columns_are_a_422_naming_them_and_write_nothing(client, row_counts, name, extra, pointer):
+    fit_features(client, name)
+    client.put(f"/calibrators/{name}/segments", json={"dimensions": ["country"], "max_values": 5})
+    z, y, features = world(3, 8)
+    probabilities = client.post("/calibrate", json={"calibrator": name, "scores": z.tolist(), "features": features}).json()["probabilities"]
+    columns = {"probability": probabilities, "score": z.tolist(), "label": y.tolist(),
+               **{f"feature.{k}": v for k, v in features.items()}}
+    table = _table(columns | extra)
+    before = row_counts()
+    response = _send_table(client, "arrow", "/feedback", {"calibrator": name}, table)
+    assert response.status_code == 422, response.text
+    assert response.json()["errors"][0]["pointer"].startswith(pointer), response.json()
+    assert row_counts() == before
+
+
+def test_a_fit_table_with_segment_columns_is_a_422_naming_the_column(client, name):
+    z, y, features = world(200, 9)
+    table = _table({"label": y.tolist(), "score": z.tolist(), "feature.country": features["country"],
+                    "segment.country": features["country"]})
+    response = _send_table(client, "arrow", "/calibrators", {"name": name, "method": "multicalibration", "input": "logit"}, table)
+    assert response.status_code == 422, response.text
+    assert response.json()["errors"][0]["pointer"] == "/segment.country"
+    assert client.get(f"/calibrators/{name}").status_code == 404

@@ -6,6 +6,9 @@ method's extra arrays under their own names: one numeric column for a flat
 array, and for rows either a list column or ``<name>_0`` ... ``<name>_{M-1}``.
 Feedback tables take ``label`` with either ``id`` or ``probability`` (or
 ``probability_0`` ...), and optionally ``accepted`` (booleans) and ``score``.
+Named columns, the JSON bodies' column-wise objects, go by a prefix:
+``feature.<name>`` (strings or numbers, as ``features``; holdouts and feedback)
+and ``segment.<dimension>`` (strings, as ``segments``; feedback).
 
 Columns go from Arrow to numpy whole (no Python lists); nulls, booleans where
 numbers belong and mistyped columns are refused with a 422 that names the column.
@@ -130,6 +133,35 @@ def _matrix(table: pa.Table, columns: list[str], where: tuple[str, ...]) -> np.n
     return out
 
 
+#: Named columns by prefix, and the field of the JSON body they stand for.
+FEATURE, SEGMENT = "feature.", "segment."
+_NAMED_FIELDS = {FEATURE: "features", SEGMENT: "segments"}
+
+
+def _named_columns(table: pa.Table, prefix: str, shape: TableShape) -> dict[str, list] | None:
+    """The ``<prefix><name>`` columns as the JSON body's column-wise object, {name: values}
+    (strings or numbers; nulls as None, which the core refuses where they may not be)."""
+    field = _NAMED_FIELDS[prefix]
+    out: dict[str, list] = {}
+    for column in table.column_names:
+        if not column.startswith(prefix):
+            continue
+        values = table.column(column)
+        kind = values.type
+        if pa.types.is_dictionary(kind):
+            values, kind = values.cast(kind.value_type), kind.value_type
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or _is_number(kind)):
+            raise _column_error(shape.where, column, f"must hold strings or numbers, not {kind}")
+        name = column[len(prefix):]
+        shape.columns[f"{field}.{name}"] = column
+        out[name] = values.to_pylist()
+    return out or None
+
+
+def _unnamed(names: list[str]) -> list[str]:
+    return [name for name in names if not name.startswith(tuple(_NAMED_FIELDS))]
+
+
 class TableShape:
     """Where each array of a parsed table came from, to name the column of a core error."""
 
@@ -153,6 +185,8 @@ class TableShape:
         if head in ("options", "input", "method", "classes"):
             return Problem.invalid("/" + error.field.replace(".", "/"), error.detail)
         source = self.columns.get(error.field, error.field)
+        if source == error.field and error.field.partition(".")[0] in _NAMED_FIELDS.values():
+            return Problem.invalid("/" + error.field.replace(".", "/"), error.detail)  # not one column: the object
         index = tuple(error.index or ())
         if isinstance(source, list):
             column = source[index[1]] if len(index) > 1 else source[0]
@@ -169,8 +203,13 @@ def holdout_from_table(table: pa.Table, where: tuple[str, ...] = ()) -> tuple[di
         raise _column_error(where, duplicate, "appears twice")
     if table.num_rows == 0:
         raise Problem.invalid(pointer(*where), "the table has no rows")
-    groups, single = _grouped(names, where)
     shape = TableShape(where)
+    segment = next((n for n in names if n.startswith(SEGMENT)), None)
+    if segment is not None:
+        raise _column_error(where, segment, "segments come with feedback; a fit declares its dimensions (\"segments\")")
+    features = _named_columns(table, FEATURE, shape)
+    names = _unnamed(names)
+    groups, single = _grouped(names, where)
     if "label" not in single:
         raise _column_error(where, "label", "missing (the table has: " + ", ".join(names) + ")")
     if "score" in single and "score" in groups:
@@ -184,19 +223,27 @@ def holdout_from_table(table: pa.Table, where: tuple[str, ...] = ()) -> tuple[di
     for base in [*groups, *single]:
         if base not in ("label", "score", "weight"):
             holdout[base] = shape.read(table, base, base, groups, single)
+    if features is not None:
+        if "features" in holdout:
+            raise _column_error(where, "features", "give the features either as feature.<name> columns or as 'features', not both")
+        holdout["features"] = features
     return holdout, shape
 
 
 def feedback_from_table(table: pa.Table, where: tuple[str, ...] = ()) -> tuple[dict[str, Any], TableShape]:
     """The arrays of a feedback table, by the JSON body's names (``ids``, ``labels``,
-    ``probabilities``, ``accepted``, ``scores``)."""
+    ``probabilities``, ``accepted``, ``scores``, ``features``, ``segments``)."""
     names = table.column_names
-    groups, single = _grouped(names, where)
     shape = TableShape(where)
+    named = {field: _named_columns(table, prefix, shape) for prefix, field in _NAMED_FIELDS.items()}
+    groups, single = _grouped(_unnamed(names), where)
     known = {"id", "label", "probability", "accepted", "score"}
     for column in [*groups, *single]:
         if column not in known:
-            raise _column_error(where, column, "unknown column (expected label with id, or probability, accepted, score)")
+            raise _column_error(
+                where, column, "unknown column (expected label with id, or probability, accepted, score; "
+                "feature.<name>, segment.<dimension>)",
+            )
     if "label" not in single:
         raise _column_error(where, "label", "missing (the table has: " + ", ".join(names) + ")")
     if table.num_rows == 0:
@@ -217,6 +264,7 @@ def feedback_from_table(table: pa.Table, where: tuple[str, ...] = ()) -> tuple[d
         if not pa.types.is_boolean(column.type):
             raise _column_error(where, "accepted", f"must hold booleans, not {column.type}")
         out["accepted"] = column.to_numpy(zero_copy_only=False).tolist()
+    out.update(named)
     return out, shape
 
 
