@@ -594,14 +594,18 @@ class _API:
         classes: list[Any] | None = None,
         job: bool = False,
         progress: Progress | None = None,
+        segments: dict[str, Any] | None = None,
+        predictor: dict[str, Any] | None = None,
         **arrays: Any,
     ) -> Operation:
         """Fit a calibrator on a labelled holdout and store it as the next version of ``name``.
 
         ``scores``: (n,) for binary, (n, K) for multiclass; ``labels``: 0/1, 0..K-1 or class names;
-        ``arrays``: a method's extra arrays (``features=...``). ``job=True`` asks for an
-        asynchronous fit job and waits for it where the service runs jobs. Returns the stored
-        version (``.version``, ``.summary``, ``.before``, ``.after``). Never retried once sent.
+        ``arrays``: a method's extra arrays (``features=...``). ``segments`` (``{"dimensions": [...]}``)
+        and ``predictor`` (``{"url": ...}``), when given, replace the calibrator's with the version.
+        ``job=True`` asks for an asynchronous fit job and waits for it where the service runs jobs.
+        Returns the stored version (``.version``, ``.summary``, ``.before``, ``.after``). Never
+        retried once sent.
         """
         holdout = _arrays({"scores": scores, "labels": labels, **arrays})
         if sample_weight is not None:
@@ -609,6 +613,7 @@ class _API:
         if classes is not None:
             holdout["classes"] = list(classes)
         body = {"name": name, "method": method, "input": input, "options": options or {}, "promote": promote, "holdout": holdout}
+        body |= {key: value for key, value in (("segments", segments), ("predictor", predictor)) if value is not None}
         call = _Call("POST", "/calibrators", json=body, idempotent=False, long=True)
         return (yield from self._fitting(call, job, progress))
 

@@ -111,6 +111,30 @@ def test_a_bad_predictor_is_422_naming_the_field_and_writes_nothing(client, name
     assert client.get(f"/calibrators/{name}/predictor").json()["stored"]["url"] == url
 
 
+def test_a_fit_stores_the_predictor_it_names_with_its_version(client, name, down_ports, row_counts):
+    url = f"http://127.0.0.1:{down_ports[0]}"
+    fit(client, name, predictor={"url": url, "output": "logits"})
+    stored = client.get(f"/calibrators/{name}/predictor").json()
+    assert stored["stored"] == {"url": url, "model": None, "output": "logits"}
+    assert f"{url}/v2/models/{name}/infer" in forwarded_to(client, name)
+    # A later fit without one keeps it; one with another replaces it.
+    fit(client, name, seed=1)
+    assert client.get(f"/calibrators/{name}/predictor").json()["stored"]["url"] == url
+    grpc_url = f"grpc://127.0.0.1:{down_ports[1]}"
+    fit(client, name, seed=2, predictor={"url": grpc_url})
+    assert client.get(f"/calibrators/{name}/predictor").json()["stored"]["url"] == grpc_url
+    # A bad one is refused with the fit: no version, and the stored predictor as it was.
+    before = row_counts()
+    holdout = {"scores": [0.2, 0.4, 0.6, 0.8] * 10, "labels": [0, 0, 1, 1] * 10}
+    for predictor, pointer in (({"url": "ftp://127.0.0.1:1"}, "/predictor/url"), ({"url": url, "mode": "x"}, "/predictor/mode")):
+        response = client.post("/calibrators", json={"name": name, "method": "platt", "holdout": holdout, "predictor": predictor})
+        assert response.status_code == 422, response.text
+        assert response.json()["errors"][0]["pointer"] == pointer
+    assert row_counts() == before
+    assert client.get(f"/calibrators/{name}").json()["latest_version"] == 3
+    assert client.get(f"/calibrators/{name}/predictor").json()["stored"]["url"] == grpc_url
+
+
 def test_unknown_calibrator_bad_name_and_bad_body(client, name):
     body = {"url": "http://127.0.0.1:8080"}
     for response in (
@@ -189,6 +213,11 @@ def test_the_clients_and_the_cli(server, name, tmp_path):
         assert bad.value.errors[0]["pointer"] == "/url"
         with pytest.raises(NotFound):
             client.predictor("no-such-calibrator")
+        assert client.delete_predictor(name)["stored"] is None
+        # A fit can name its predictor (and its segments) itself.
+        client.fit(name, [0.2, 0.8] * 20, [0, 1] * 20, method="platt", predictor={"url": url, "model": "m"},
+                   segments={"dimensions": ["country"]})
+        assert client.predictor(name)["stored"] == {"url": url, "model": "m", "output": None}
         assert client.delete_predictor(name)["stored"] is None
 
     async def run() -> dict:

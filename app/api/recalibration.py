@@ -40,12 +40,11 @@ from ..storage.models import utcnow
 from .auth import REQUIRE_ADMIN, REQUIRE_READ
 from .bodies import parse_json_object, require_json
 from .calibrators.fit_pool import FitJob
-from .calibrators.router import NamePath
 from .calibrators.versions import fit_and_store
 from .observability import RECALIBRATION
 from .problems import Problem
 from .state import Services, services
-from .validation import json_response, request_body, validate
+from .validation import NamePath, json_response, request_body, validate
 
 logger = logging.getLogger("calibd")
 router = APIRouter(tags=["recalibration"])

@@ -33,12 +33,11 @@ from ..calibration import CalibrationInputError, Calibrator, from_dict
 from ..storage import repository
 from .auth import REQUIRE_ADMIN
 from .bodies import parse_json_object, require_json
-from .calibrators.router import NamePath
 from .calibrators.versions import version_out
 from .calibrators.schemas import VersionOut
 from .problems import Problem, input_error
 from .state import services
-from .validation import json_response, request_body, validate
+from .validation import NamePath, json_response, request_body, validate
 
 router = APIRouter(tags=["calibrators"])
 

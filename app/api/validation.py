@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import orjson
+from fastapi import Path
 from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
 
@@ -15,6 +16,10 @@ Model = TypeVar("Model", bound=BaseModel)
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 #: The largest version number: versions are 32-bit integers in the database.
 MAX_VERSION = 2**31 - 1
+
+#: The path parameters of /calibrators/{name}/...: every resource of a calibrator takes them.
+NamePath = Annotated[str, Path(pattern=NAME_PATTERN)]
+VersionPath = Annotated[int, Path(ge=1, le=MAX_VERSION)]
 
 
 def validate(model: type[Model], data: Any, prefix: tuple[str | int, ...] = ()) -> Model:

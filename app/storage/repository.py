@@ -148,14 +148,16 @@ def create_version(
     fit_seconds: float,
     promote: bool = True,
     segments: dict[str, Any] | None = None,
+    predictor: dict[str, Any] | None = None,
 ) -> VersionInfo:
     """Store a fitted calibrator as version latest + 1 of ``name``, creating the name if new.
 
     The version number is taken by incrementing ``latest_version`` in the same
     transaction as the insert. The UPDATE locks the calibrator's row, so
     concurrent fits of one name queue there and get consecutive numbers; a
-    failed insert rolls the counter back, leaving no gap. ``segments``, when
-    given, becomes the calibrator's segment declaration in the same transaction.
+    failed insert rolls the counter back, leaving no gap. ``segments`` and
+    ``predictor``, when given, become the calibrator's segment declaration and
+    stored predictor in the same transaction.
     """
     now = utcnow()
     with transaction(sessions) as session:
@@ -190,6 +192,10 @@ def create_version(
             from .segments import declare
 
             declare(session, calibrator_id, segments, now)
+        if predictor is not None:
+            from .predictors import store
+
+            store(session, calibrator_id, predictor)
         if promote:
             session.execute(update(CalibratorRow).where(CalibratorRow.id == calibrator_id).values(current_version=version))
             _bump_generation(session)

@@ -261,6 +261,7 @@ def run_fit(job: FitJob, progress: Callable[[float, str], None] | None = None) -
                 "n_samples": result.n_samples,
                 "fit_seconds": result.fit_seconds,
                 "segments": segments,
+                "predictor": None if getattr(fit, "predictor", None) is None else fit.predictor.model_dump(),
                 "elapsed_seconds": time.perf_counter() - started,
             }
         }

@@ -6,7 +6,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
@@ -17,7 +17,7 @@ from ..bodies import media_type, parse_json_object, require_json
 from ..problems import Problem
 from ..tables import ARROW_STREAM, table_body
 from ..state import services
-from ..validation import MAX_VERSION, NAME_PATTERN, json_response, request_body, validate
+from ..validation import NamePath, VersionPath, json_response, request_body, validate
 from . import jobs as fit_jobs
 from .fit_pool import FitJob, spool_json_body, spool_upload
 from .schemas import (
@@ -36,8 +36,6 @@ from .versions import fit_and_store, version_out
 
 router = APIRouter(tags=["calibrators"])
 
-NamePath = Annotated[str, Path(pattern=NAME_PATTERN)]
-VersionPath = Annotated[int, Path(ge=1, le=MAX_VERSION)]
 
 
 def calibrator_out(info: CalibratorInfo) -> dict[str, Any]:

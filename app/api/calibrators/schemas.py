@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
+from ..predictors.schemas import PredictorIn
 from ..validation import MAX_VERSION, NAME_PATTERN
 
 Numbers = Annotated[list[Any], WithJsonSchema({"type": "array", "items": {"type": "number"}, "minItems": 1})]
@@ -61,6 +62,11 @@ class FitRequest(BaseModel):
         default=None,
         description='segment dimensions to monitor, {"dimensions": ["country", ...], "max_values": 50}; '
         "replaces the calibrator's declaration (see PUT /calibrators/{name}/segments)",
+    )
+    predictor: PredictorIn | None = Field(
+        default=None,
+        description='the model server /v2 infer requests without scores are forwarded to, {"url": ..., "model": ..., '
+        '"output": ...}; stored with the version, it replaces the calibrator\'s (see PUT /calibrators/{name}/predictor)',
     )
 
 

@@ -52,4 +52,6 @@ async def fit_and_store(app: Services, job: FitJob) -> VersionInfo:
     FIT_DURATION.labels(fitted["method"]).observe(fitted.pop("elapsed_seconds"))
     info = await run_in_threadpool(lambda: repository.create_version(app.sessions, **fitted))
     app.store.stored(info)
+    if fitted["predictor"] is not None:
+        app.store.set_predictor(info.name, fitted["predictor"])
     return info

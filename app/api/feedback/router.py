@@ -25,12 +25,11 @@ from ...storage.cache import LoadedCalibrator
 from ...storage.feedback import DriftSettings, IdempotencyConflict, JoinCounts, LabelledBatch, StoredRequest, feature_rows
 from ..bodies import parse_json_object, require_json
 from ..calibrate.router import MAX_ID_LENGTH
-from ..calibrators.router import NamePath
 from ..observability import FEEDBACK, FEEDBACK_DUPLICATES, FEEDBACK_UNMATCHED
 from ..problems import Problem, input_error
 from ..tables import feedback_request, read_table_request, table_body
 from ..state import Services, services
-from ..validation import MAX_VERSION, json_response, request_body, validate
+from ..validation import MAX_VERSION, NamePath, json_response, request_body, validate
 from .schemas import FeedbackReceipt, FeedbackRequest, FeedbackUpload, MonitorOut, UnmatchedLabelsOut
 from ..auth import REQUIRE_FEEDBACK, REQUIRE_READ
 

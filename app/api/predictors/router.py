@@ -17,10 +17,9 @@ from ...config import Settings
 from ...storage import predictors as predictor_store
 from ..auth import REQUIRE_ADMIN, REQUIRE_READ
 from ..bodies import parse_json_object, require_json
-from ..calibrators.router import NamePath
 from ..inference.transformer import choose
 from ..state import services
-from ..validation import json_response, request_body, validate
+from ..validation import NamePath, json_response, request_body, validate
 from .schemas import PredictorIn, PredictorOut
 
 router = APIRouter(tags=["transformer mode"])

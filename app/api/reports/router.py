@@ -20,10 +20,9 @@ from ...storage import segments as segment_store
 from ...storage import recalibration as recalibration_store
 from ...storage import repository
 from ..auth import REQUIRE_READ
-from ..calibrators.router import NamePath
 from ..problems import Problem
 from ..state import Services, services
-from ..validation import json_response
+from ..validation import NamePath, json_response
 
 router = APIRouter(tags=["reports"])
 

@@ -11,10 +11,9 @@ from ...monitoring.segments import OTHER, check_declaration
 from ...storage import segments as segment_store
 from ..auth import REQUIRE_ADMIN, REQUIRE_READ
 from ..bodies import parse_json_object, require_json
-from ..calibrators.router import NamePath
 from ..problems import input_error
 from ..state import services
-from ..validation import json_response, request_body
+from ..validation import NamePath, json_response, request_body
 from .schemas import SegmentDeclaration, SegmentsOut
 
 router = APIRouter(tags=["segments"])
