@@ -15,8 +15,6 @@ import os
 import platform
 import secrets
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -25,13 +23,17 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
+if str(ROOT) not in sys.path:  # tests/processes.py, tests/mlserver_env.py
+    sys.path.insert(0, str(ROOT))
+
+from tests.processes import free_port, stop, wait_ready  # noqa: E402
 RESULTS = BENCH / "results"
 BIN = Path(sys.executable).parent
 CALIBD = str(BIN / "calibd")
@@ -89,12 +91,6 @@ def write_results(name: str, section: str, targets: list[Target], assemble: bool
 
 
 # -- a calibd serve process -------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def postgres_schema() -> Iterator[str]:
     """A fresh schema in the local PostgreSQL, migrated to head; its URL. Dropped afterwards."""
@@ -191,31 +187,12 @@ class Server:
         return self.log_path.read_text() if self.log == "file" else "".join(self._tail)
 
     def _wait_ready(self) -> None:
-        import httpx
-
-        deadline = time.monotonic() + 60
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"calibd serve exited: {self.log_text()[-2000:]}")
-            try:
-                if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"calibd serve did not become ready: {self.log_text()[-1000:]}")
-            time.sleep(0.2)
+        wait_ready(self.process, self.url + "/readyz", 60, "calibd serve", self.log_text)
         if self.workers > 1:  # every worker must be up before the load starts
             time.sleep(2.0)
 
     def __exit__(self, *exc) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop(self.process)
         if self.log == "file":
             self._log.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
@@ -261,35 +238,17 @@ class EchoServer:
         return f"http://127.0.0.1:{self.port}/echo"
 
     def __enter__(self) -> EchoServer:
-        import httpx
-
         self.process = subprocess.Popen(
             [sys.executable, str(BENCH / "echo_app.py"), "--port", str(self.port), "--workers", str(self.workers)],
             cwd=BENCH, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.__exit__()
-                raise RuntimeError("the echo server did not start")
-            time.sleep(0.2)
+        wait_ready(self.process, f"http://127.0.0.1:{self.port}/readyz", 60, "the echo server")
         if self.workers > 1:
             time.sleep(2.0)
         return self
 
     def __exit__(self, *exc) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop(self.process)
 
     def serving_pids(self) -> list[int]:
         assert self.process is not None

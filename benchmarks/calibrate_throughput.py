@@ -52,7 +52,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import (  # noqa: E402
-    ROOT, EchoServer, Server, Target, fmt_rate, machine, median, postgres_available, postgres_schema, run_wrk,
+    EchoServer, Server, Target, fmt_rate, machine, median, postgres_available, postgres_schema, run_wrk,
     WRK_MISSING, split_cpus, wrk_available, write_results,
 )
 
@@ -111,8 +111,7 @@ def inference_body(payload: bytes) -> bytes:
 @contextmanager
 def mlserver(holdout: tuple[np.ndarray, np.ndarray]) -> Iterator:
     """MLServer 1.7.1 serving IsotonicRegression fitted on ``holdout`` (its virtualenv built if needed)."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    from mlserver_env import MLServer
+    from tests.mlserver_env import MLServer
 
     folder = Path(tempfile.mkdtemp(prefix="mlserver-bench-"))
     try:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,12 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app.metrics import ece, log_loss  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.processes import free_port, stop, wait_ready  # noqa: E402
 
 
 def stream(n: int, rng: np.random.Generator, shift: float) -> tuple[np.ndarray, np.ndarray]:
@@ -63,12 +57,7 @@ def main() -> None:
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(300):
-            try:
-                if httpx.get(f"{url}/readyz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
+        wait_ready(server, f"{url}/readyz", 60, "calibd serve")
         http = httpx.Client(base_url=url, timeout=300)
         z, y = stream(3000, rng, 0.0)
         http.post("/calibrators", json={"name": "stream", "method": "platt", "input": "logit",
@@ -92,8 +81,7 @@ def main() -> None:
             rows.append((batch, shift, served["version"], ece(p, yb), log_loss(p, yb), monitor["drift"]["alarm"],
                          ", ".join(f"{e['outcome']} v{e['candidate_version']}" for e in new)))
     finally:
-        server.terminate()
-        server.wait(timeout=60)
+        stop(server, timeout=60)
 
     print(f"## Closed-loop recalibration (drift: logit shift {args.shift:+} from batch {args.drift_at}; "
           f"{args.batch_size} labels per batch)\n")

@@ -9,7 +9,6 @@ unreachable PostgreSQL skips its half of the tests; with CI set, it fails them.
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import time
 import uuid
@@ -26,6 +25,8 @@ from app.config import Settings
 from app.main import create_app
 from app.storage import migrate
 from app.storage.db import make_engine
+
+from .processes import free_port  # noqa: F401 (the tests import it from here)
 
 POSTGRES_URL = os.environ.get("CALIBD_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
@@ -88,12 +89,6 @@ def fresh_database(request, tmp_path) -> Iterator[str]:
     """A database of each backend for one test alone (a server that is killed or fuzzed writes to it)."""
     with migrated_database(request.param, tmp_path) as url:
         yield url
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class LiveServer:

@@ -13,10 +13,9 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
+from tests.processes import free_port, stop, wait_ready
 
 REPO = Path(__file__).resolve().parent.parent
 VENV = REPO / ".venv-mlserver"
@@ -48,14 +47,6 @@ def python() -> Path:
     subprocess.run([str(interpreter), "-m", "pip", "install", "--quiet", *REQUIREMENTS], check=True)
     STAMP.write_text(wanted)
     return interpreter
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class MLServer:
@@ -106,23 +97,9 @@ class MLServer:
             cwd=self.folder, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
         )
         log.close()
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{self.url}/v2/models/{self.model_name}/ready", timeout=2).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.__exit__()
-                raise RuntimeError("MLServer did not start:\n" + (self.folder / "mlserver.log").read_text()[-3000:])
-            time.sleep(0.2)
+        wait_ready(self.process, f"{self.url}/v2/models/{self.model_name}/ready", 120, "MLServer",
+                   lambda: (self.folder / "mlserver.log").read_text(errors="replace"))
+        return self
 
     def __exit__(self, *exc) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop(self.process)

@@ -17,7 +17,6 @@ import platform
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,18 +27,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 from sqlalchemy import text
 
+from ..processes import free_port, stop, wait_ready
+
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.05, what: str = "a condition") -> Any:
@@ -121,19 +115,8 @@ class CalibdProcess:
         )
         log.close()
         self.starts += 1
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                if httpx.get(self.url + "/healthz", timeout=5).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            if self.process.poll() is not None:
-                raise AssertionError(f"calibd exited with {self.process.returncode}:\n{self.log_tail()}")
-            if time.monotonic() > deadline:
-                self.kill()
-                raise AssertionError(f"calibd did not start in {timeout:g} s:\n{self.log_tail()}")
-            time.sleep(0.1)
+        wait_ready(self.process, self.url + "/healthz", timeout, "calibd", self.log_tail)
+        return self
 
     def kill(self) -> None:
         """SIGKILL: no shutdown handlers run, nothing is flushed."""
@@ -142,12 +125,7 @@ class CalibdProcess:
             self.process.wait(timeout=30)
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        stop(self.process, timeout=30)
 
     def log_tail(self, lines: int = 40) -> str:
         try:
