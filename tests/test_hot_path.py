@@ -27,7 +27,7 @@ from app.calibration import kernels
 from app.calibration._logistic import fit_logistic
 from app.calibration._multiclass import as_logits, softmax
 from app.calibration.base import Calibrator, CalibrationInputError
-from app.calibration.isotonic import IsotonicCalibrator, _GridLookup, _pool_unit_weights, pool_ties
+from app.calibration.isotonic import IsotonicCalibrator, _GridLookup, _pool_unit_weights, _slopes, pool_ties
 from app.calibration.platt import PlattCalibrator
 from app.calibration.temperature import TemperatureCalibrator
 from app.storage.cache import estimate_nbytes
@@ -65,7 +65,7 @@ def test_grid_lookup_is_np_interp_bit_for_bit(seed):
     if input == "probability":
         queries = np.clip(queries, 0.0, 1.0)
     expected = np.interp(queries, x, y)
-    lookup = _GridLookup.build(x, y)
+    lookup = _GridLookup.build(x, y, _slopes(x, y))
     if lookup is not None:
         np.testing.assert_array_equal(lookup(queries), expected)
     np.testing.assert_array_equal(model.predict(queries), expected)  # >= 256 scores: through the grid

@@ -21,7 +21,7 @@ import pytest
 
 from app.calibration import kernels
 from app.calibration.base import Calibrator, CalibrationInputError
-from app.calibration.isotonic import IsotonicCalibrator
+from app.calibration.isotonic import IsotonicCalibrator, _Interpolator
 from app.calibration.temperature import TemperatureCalibrator, _softmax_in_place
 
 # Skipped only when turned off on purpose: a build that failed quietly fails here instead.
@@ -30,11 +30,6 @@ pytestmark = pytest.mark.skipif(os.environ.get("CALIBD_KERNELS") == "0", reason=
 
 def test_the_kernels_are_built_where_the_tests_run():
     assert kernels.available(), "app/calibration/_kernels.c was not built: is there a C compiler? (make clean test)"
-
-
-def _slopes(x, y):
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        return np.append((y[1:] - y[:-1]) / (x[1:] - x[:-1]), 0.0)
 
 
 def _thresholds(rng, kind):
@@ -74,7 +69,7 @@ def _answers_as_the_full_checks(model, scores, maxulp: int) -> None:
 def test_isotonic_lookup_is_np_interp_bit_for_bit(kind, seed):
     rng = np.random.default_rng(seed)
     x, y = _thresholds(rng, kind)
-    lookup = kernels.IsotonicLookup.build(x, y, _slopes(x, y))
+    lookup = _Interpolator(x, y).kernel  # as the calibrator builds it
     assert lookup is not None
     queries = np.concatenate([
         rng.uniform(x[0] - 1.0, x[-1] + 1.0, 5000), rng.choice(x, 500),
@@ -89,8 +84,8 @@ def test_isotonic_lookup_is_np_interp_bit_for_bit(kind, seed):
 def test_isotonic_lookup_is_not_built_for_slopes_that_overflow_or_one_threshold():
     x = np.array([0.0, 5e-324, 1.0])  # subnormal-close knots: a slope overflows
     y = np.array([0.0, 0.5, 1.0])
-    assert kernels.IsotonicLookup.build(x, y, _slopes(x, y)) is None
-    assert kernels.IsotonicLookup.build(x[:1], y[:1], np.zeros(1)) is None
+    assert _Interpolator(x, y).kernel is None
+    assert _Interpolator(x[:1], y[:1]).kernel is None
     # The calibrator then keeps numpy's path, with its repair of such knots.
     model = IsotonicCalibrator(input="logit")
     model.x_thresholds_, model.y_thresholds_, model.n_classes_ = x, y, 2

@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include <string.h>
 
-/* The scores, as a pointer to doubles: from a buffer as it is, or from a list copied into `out`. */
+/* The scores' buffer, when they came as one (a list is read element by element instead). */
 typedef struct {
     Py_buffer view; /* held when the scores came as a buffer */
     int held;

@@ -214,6 +214,27 @@ _MAX_CELLS = 1 << 18
 _PASSES = 2
 
 
+def _slopes(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Each segment's slope (y_{j+1} - y_j) / (x_{j+1} - x_j), np.interp's, and 0 after the last
+    threshold; infinite or NaN where knots are subnormal-close."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return np.append((y[1:] - y[:-1]) / (x[1:] - x[:-1]), 0.0)
+
+
+def _grid_cells(x: np.ndarray, per_threshold: int) -> tuple[float, np.ndarray]:
+    """The uniform grid over [x_1, x_k] (``_GridLookup``): its scale G / span, and the number of
+    thresholds in each cell, cell(v) = floor((v - x_1) scale). The span must be finite and > 0."""
+    scale = min(max(per_threshold * x.shape[0], 64), _MAX_CELLS) / float(x[-1] - x[0])
+    cell = ((x - x[0]) * scale).astype(np.intp)
+    return scale, np.bincount(cell, minlength=int(cell[-1]) + 1)
+
+
+def _gridded(x: np.ndarray) -> bool:
+    """Whether a grid can be laid over the thresholds: at least two, a finite span."""
+    span = float(x[-1] - x[0]) if x.shape[0] > 1 else 0.0
+    return bool(np.isfinite(span) and span > 0)
+
+
 class _GridLookup:
     """np.interp(s, x, y) for many s at once, with the segment found through a uniform grid.
 
@@ -235,20 +256,15 @@ class _GridLookup:
     __slots__ = ("x", "y", "x_first", "x_last", "scale", "base", "following", "slopes", "crowded")
 
     @classmethod
-    def build(cls, x: np.ndarray, y: np.ndarray) -> _GridLookup | None:
+    def build(cls, x: np.ndarray, y: np.ndarray, slopes: np.ndarray) -> _GridLookup | None:
         k = x.shape[0]
         if k < _GRID_MIN_THRESHOLDS:
             return None
-        span = float(x[-1] - x[0])
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            slopes = np.append((y[1:] - y[:-1]) / (x[1:] - x[:-1]), 0.0)
         # Overflowing spans or slopes (subnormal-close knots) keep np.interp and its repair.
-        if not (np.isfinite(span) and span > 0 and np.isfinite(slopes).all()):
+        if not (_gridded(x) and np.isfinite(slopes).all()):
             return None
         for per_threshold in _CELLS_PER_THRESHOLD:
-            scale = min(max(per_threshold * k, 64), _MAX_CELLS) / span
-            cell = ((x - x[0]) * scale).astype(np.intp)
-            counts = np.bincount(cell, minlength=int(cell[-1]) + 1)
+            scale, counts = _grid_cells(x, per_threshold)
             if counts.max() <= _PASSES:
                 break
         crowded = counts > _PASSES
@@ -309,12 +325,15 @@ class _Interpolator:
 
     def __init__(self, x: np.ndarray, y: np.ndarray):
         self.x, self.y = x, y
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            slopes = np.append((y[1:] - y[:-1]) / (x[1:] - x[:-1]), 0.0)
+        slopes = _slopes(x, y)
         finite = bool(np.isfinite(slopes).all())
-        #: The compiled lookup, when built (kernels.py): it serves every batch size.
-        self.kernel = kernels.IsotonicLookup.build(x, y, slopes) if finite else None
-        self.grid = None if self.kernel is not None else _GridLookup.build(x, y)
+        #: The compiled lookup (kernels.py), where built: it serves every batch size, on the grid's
+        #: cells (its search within a cell is exact however many thresholds the cell holds).
+        self.kernel = None
+        if kernels.available() and finite and _gridded(x):
+            scale, counts = _grid_cells(x, _CELLS_PER_THRESHOLD[0])
+            self.kernel = kernels.IsotonicLookup(x, y, slopes, scale, np.cumsum(counts) - counts - 1)
+        self.grid = None if self.kernel is not None else _GridLookup.build(x, y, slopes)
         self.safe = finite and _compiled_interp is not None
         self.nbytes = sum(part.nbytes for part in (self.kernel, self.grid) if part is not None)
 

@@ -67,33 +67,19 @@ class IsotonicLookup:
     """np.interp(s, x, y) with the ends held, compiled: the segment of s from a uniform grid
     over the thresholds, then (s - x_j) slope_j + y_j, np.interp's arithmetic.
 
-    Built for thresholds whose slopes are all finite (``build`` returns None otherwise, and
-    when the kernels are off). The grid's cell of v is floor((v - x_1) G / span), computed by
-    the same operations for thresholds and scores, so it is monotone in v: every threshold in
-    an earlier cell is <= s, every one in a later cell > s, and a search among the thresholds
-    of s's own cell (``base`` gives where they start) is exact whatever the rounding.
+    The grid is isotonic.py's (``_GridLookup``): cell(v) = floor((v - x_1) scale), computed by the
+    same operations for thresholds and scores, so it is monotone in v; every threshold in an
+    earlier cell is <= s, every one in a later cell > s, and a search among the thresholds of
+    s's own cell (after ``base[cell]``, the last threshold before it) is exact whatever the
+    rounding. Made only when ``available()``, for finite ``slopes`` (0 after the last threshold).
     """
 
     __slots__ = ("x", "y", "slopes", "base", "scale")
 
-    #: Cells per threshold (a walk crosses about one threshold), at most this many in all.
-    CELLS_PER_THRESHOLD = 8
-    MAX_CELLS = 1 << 18
-
-    @classmethod
-    def build(cls, x: np.ndarray, y: np.ndarray, slopes: np.ndarray) -> IsotonicLookup | None:
-        k = x.shape[0]
-        span = float(x[-1] - x[0]) if k else 0.0
-        if _compiled is None or k < 2 or not (np.isfinite(span) and span > 0) or not np.isfinite(slopes).all():
-            return None
-        self = cls()
+    def __init__(self, x: np.ndarray, y: np.ndarray, slopes: np.ndarray, scale: float, base: np.ndarray):
         self.x, self.y = np.ascontiguousarray(x, np.float64), np.ascontiguousarray(y, np.float64)
         self.slopes = np.ascontiguousarray(slopes, np.float64)
-        self.scale = min(max(cls.CELLS_PER_THRESHOLD * k, 64), cls.MAX_CELLS) / span
-        cell = ((self.x - self.x[0]) * self.scale).astype(np.intp)
-        counts = np.bincount(cell, minlength=int(cell[-1]) + 1)
-        self.base = (np.cumsum(counts) - counts - 1).astype(np.int64)
-        return self
+        self.scale, self.base = scale, np.ascontiguousarray(base, np.int64)
 
     def __call__(self, scores: object, bounds: tuple[float, float] = _FINITE) -> np.ndarray | None:
         """The lookup of every score, if all are floats within ``bounds`` (a list, or a 1-D
