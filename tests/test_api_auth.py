@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 from datetime import timedelta
 
 import httpx
@@ -275,3 +276,25 @@ def test_the_key_poll_rereads_the_keys_only_when_they_change(fresh_database):
     keys.revoke_key(sessions, second_info.key_id)
     assert reads_keys() and ring.check(second) is None and ring.check(first) is not None
     assert not reads_keys()
+
+
+def test_a_key_made_here_and_gone_from_the_table_before_the_next_poll_is_forgotten(tmp_path):
+    """The process that creates a key applies it at once; the next poll must reread the keys even
+    when the table looks as it did before the creation (the key was removed meanwhile)."""
+    from sqlalchemy import text
+
+    from .conftest import migrated_database
+
+    with migrated_database("sqlite", tmp_path) as url, LiveServer(Settings(database_url=url)) as server, \
+            httpx.Client(base_url=server.url, timeout=30) as http:
+        created = http.post("/keys", json={"scopes": ["read"], "description": "short-lived"})
+        assert created.status_code == 201, created.text
+        engine = make_engine(url)
+        with engine.begin() as connection:
+            connection.execute(text("DELETE FROM api_keys"))
+        engine.dispose()
+        assert http.get("/calibrators").status_code == 401  # until the next poll
+        deadline = time.monotonic() + 5
+        while http.get("/calibrators").status_code == 401:
+            assert time.monotonic() < deadline, "the deleted key is still enforced"
+            time.sleep(0.05)

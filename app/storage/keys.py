@@ -183,11 +183,14 @@ class KeyRing:
         return info if info.active(now or utcnow()) else None
 
     def note(self, info: KeyInfo, digest: str | None = None) -> None:
-        """Apply this process's own change at once (creation or revocation)."""
+        """Apply this process's own change at once (creation or revocation); the next poll rereads
+        the keys whatever the fingerprint, which was taken before the change (a key created here
+        and gone from the table before that poll would otherwise stay until ``_REREAD_SECONDS``)."""
         with self._lock:
             current = self._digests.get(info.key_id)
             self._digests = {**self._digests, info.key_id: (digest or current[0], info)}
             self._by_digest = _by_digest(self._digests)
+            self._fingerprint = None
 
     @staticmethod
     def digest(key: str) -> str:
