@@ -9,7 +9,7 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "app.calibration._kernels",
+            "calibd.calibration._kernels",
             ["app/calibration/_kernels.c"],
             extra_compile_args=["-O2", "-ffp-contract=off"],  # a * b + c rounded twice, as numpy does
             optional=True,

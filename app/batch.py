@@ -7,7 +7,7 @@ as the service rebuilds it (``from_dict``, then ``prepare``) and called the same
 (``predict_details`` on float64 arrays). Spark runs it per partition with ``mapInPandas``::
 
     import json
-    from app.batch import calibrate_spark
+    from calibd.batch import calibrate_spark
 
     exported = json.load(open("model.json"))
     calibrated = calibrate_spark(spark.table("scores"), exported)   # adds "probability"

@@ -1,7 +1,7 @@
 """The ``calibd`` command: serve, migrate and keys (on the database), and the client commands.
 
 The client commands (fit, calibrate, evaluate, report, export, import, list) talk to a running
-calibd over HTTP through ``app.client``: CALIBD_URL (default http://127.0.0.1:8000) and
+calibd over HTTP through ``calibd.client``: CALIBD_URL (default http://127.0.0.1:8000) and
 CALIBD_API_KEY. They print results to stdout, progress to stderr, and on error one line on
 stderr with a non-zero exit status: 1 for an error answered by calibd, 2 for a bad command
 line or input file, 3 when calibd cannot be reached or is unavailable.
@@ -67,12 +67,12 @@ def _serve(args: argparse.Namespace) -> int:
     print(f"calibd {__version__} on http://{host}:{args.port} (database: {engine.url.render_as_string()})", file=sys.stderr)
     _flush_logs_on_sigterm()
     uvicorn.run(
-        "app.main:create_app",
+        "calibd.main:create_app",
         factory=True,
         host=host,
         port=args.port,
         workers=args.workers,
-        log_config=None,  # app.main configures JSON logs in every worker
+        log_config=None,  # calibd.main configures JSON logs in every worker
         access_log=False,
     )
     return 0
@@ -180,7 +180,7 @@ def _migrate(_args: argparse.Namespace) -> int:
     return 0
 
 
-# -- client commands: talk to a running calibd through app.client -----------------------------
+# -- client commands: talk to a running calibd through calibd.client -----------------------------
 
 #: Holdout files at least this large are fitted as a job (POST /calibrators?async=true), where the
 #: service runs jobs; a service without jobs answers such a request synchronously, as usual.
@@ -488,7 +488,7 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 
 def _calibrate_parquet(args: argparse.Namespace) -> int:
-    """Parquet in, Parquet out, calibrated here with app.batch (the Spark module's code):
+    """Parquet in, Parquet out, calibrated here with calibd.batch (the Spark module's code):
     from an export file, or from the named calibrator's export fetched from calibd."""
     import json
 
@@ -755,7 +755,7 @@ def with_defaults_shown(parser: argparse.ArgumentParser) -> None:
 
 
 def add_client_commands(commands) -> None:
-    """The commands that use a running calibd (CALIBD_URL, CALIBD_API_KEY) through app.client."""
+    """The commands that use a running calibd (CALIBD_URL, CALIBD_API_KEY) through calibd.client."""
     connection = argparse.ArgumentParser(add_help=False)
     connection.add_argument("--url", help="calibd's URL (default: CALIBD_URL, else http://127.0.0.1:8000)")
     connection.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for an answer (default 60)")
@@ -787,7 +787,7 @@ def add_client_commands(commands) -> None:
     calibrate.add_argument("--version", type=int, help="a version (default: the current one)")
     calibrate.add_argument("--output", "-o", help="write the CSV (or with --input, the Parquet file) here instead of stdout")
     calibrate.add_argument("--input", metavar="SCORES.parquet",
-                           help="calibrate a Parquet file here, without sending it (app.batch, as in Spark): "
+                           help="calibrate a Parquet file here, without sending it (calibd.batch, as in Spark): "
                                 "columns score or score_0..score_{K-1}, and the method's extra arrays (default: none; "
                                 "NAME FILE sends a CSV to calibd)")
     calibrate.add_argument("--export", metavar="FILE",

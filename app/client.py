@@ -1,6 +1,6 @@
 """A Python client for calibd: numpy arrays in, numpy arrays out.
 
-    >>> from app.client import Client
+    >>> from calibd.client import Client
     >>> calibd = Client()                  # CALIBD_URL and CALIBD_API_KEY, or Client(url, api_key)
     >>> fitted = calibd.fit("fraud-model", scores, labels, method="auto")
     >>> fitted.version, fitted.after["ece"]
@@ -841,7 +841,7 @@ class _API:
     def export(self, name: str, version: int | None = None) -> Operation:
         """A stored version as portable JSON (default: the current version, else the latest).
 
-        ``app.calibration.from_dict(export["parameters"])`` rebuilds the calibrator offline, and
+        ``calibd.calibration.from_dict(export["parameters"])`` rebuilds the calibrator offline, and
         gives the outputs the service gives; ``import_calibrator`` stores it in any calibd.
         """
         if version is None:

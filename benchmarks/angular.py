@@ -50,17 +50,17 @@ from scipy.signal import lfilter
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.calibration.angular import (  # noqa: E402
+from calibd.calibration.angular import (  # noqa: E402
     AngularCalibrator,
     expected_link,
     fit_ridge_logistic,
     platt_equivalent,
     sign_from_holdout,
 )
-from app.calibration.base import sigmoid  # noqa: E402
-from app.calibration.isotonic import IsotonicCalibrator  # noqa: E402
-from app.calibration.platt import PlattCalibrator  # noqa: E402
-from app.metrics import ece  # noqa: E402
+from calibd.calibration.base import sigmoid  # noqa: E402
+from calibd.calibration.isotonic import IsotonicCalibrator  # noqa: E402
+from calibd.calibration.platt import PlattCalibrator  # noqa: E402
+from calibd.metrics import ece  # noqa: E402
 
 SCALE, OFFSET = 3.0, 1.0  # the link sigmoid(3u + 1)
 LINK = {"family": "logistic", "scale": SCALE, "offset": OFFSET}

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from threadpoolctl import threadpool_limits  # noqa: E402
 
-from app.calibration import auto, fit_calibrator  # noqa: E402
+from calibd.calibration import auto, fit_calibrator  # noqa: E402
 from multiclass import softmax, synthetic  # noqa: E402
 
 TARGET_SECONDS = 20.0

@@ -61,15 +61,15 @@ from sklearn.neural_network import MLPClassifier  # noqa: E402
 from sklearn.pipeline import make_pipeline  # noqa: E402
 from sklearn.preprocessing import StandardScaler  # noqa: E402
 
-from app.calibration.bernstein import (  # noqa: E402
+from calibd.calibration.bernstein import (  # noqa: E402
     BernsteinCalibrator,
     _single_thread_blas,
     grid_pairs,
     gram,
     solve_monotone_qp,
 )
-from app.calibration.isotonic import IsotonicCalibrator  # noqa: E402
-from app.metrics import brier, ece  # noqa: E402
+from calibd.calibration.isotonic import IsotonicCalibrator  # noqa: E402
+from calibd.metrics import brier, ece  # noqa: E402
 
 METHODS = ("bernstein", "isotonic (score 1)", "isotonic (score 2)", "logistic stacking", "average, uncalibrated")
 

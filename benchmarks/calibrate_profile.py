@@ -78,11 +78,11 @@ STEPS = [
 
 
 def step_route(level: int):
-    from app.api.bodies import float_array, parse_json_object, require_json
-    from app.api.state import services
-    from app.api.validation import json_response
+    from calibd.api.bodies import float_array, parse_json_object, require_json
+    from calibd.api.state import services
+    from calibd.api.validation import json_response
 
-    router = importlib.import_module("app.api.calibrate.router")
+    router = importlib.import_module("calibd.api.calibrate.router")
 
     async def route(request: Request):
         require_json(request.headers)
@@ -141,11 +141,11 @@ async def call(app, path: str, body: bytes, key: str) -> tuple[int, bytes]:
 async def breakdown(requests: int) -> dict[str, dict[str, float]]:
     from fastapi.routing import APIRoute
 
-    from app.api.auth import REQUIRE_CALIBRATE
-    from app.config import Settings
-    from app.main import create_app
-    from app.storage import migrate
-    from app.storage.db import make_engine
+    from calibd.api.auth import REQUIRE_CALIBRATE
+    from calibd.config import Settings
+    from calibd.main import create_app
+    from calibd.storage import migrate
+    from calibd.storage.db import make_engine
 
     folder = Path(tempfile.mkdtemp(prefix="calibd-profile-"))
     url = f"sqlite:///{folder / 'calibd.db'}"
@@ -212,9 +212,9 @@ TEMPERATURE_CALLS = [
 async def temperature_calls(app, key: str, body: bytes, requests: int) -> dict[str, tuple[float, float]]:
     """Median seconds of each numpy call of the temperature quick path, and of predict_details:
     (in a loop of its own, once after each request through the app)."""
-    from app.api.bodies import float_array
+    from calibd.api.bodies import float_array
 
-    from app.calibration.temperature import _unshifted_softmax
+    from calibd.calibration.temperature import _unshifted_softmax
 
     loaded = app.state.services.store.get("temp10", None)
     calibrator, t = loaded.calibrator, loaded.calibrator.temperature_

@@ -26,7 +26,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.metrics import ece, log_loss  # noqa: E402
+from calibd.metrics import ece, log_loss  # noqa: E402
 from tests.processes import free_port, stop, wait_ready  # noqa: E402
 
 
@@ -53,7 +53,7 @@ def main() -> None:
         "CALIBD_RECALIBRATION_INTERVAL_SECONDS": "0.5",
         "CALIBD_JSON_LOGS": "false",
     }
-    server = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--port", str(port)], cwd=ROOT, env=env,
+    server = subprocess.Popen([sys.executable, "-m", "calibd.cli", "serve", "--port", str(port)], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:

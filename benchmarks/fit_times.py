@@ -42,10 +42,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _harness import Target, machine, median, write_results  # noqa: E402
-from app.calibration.beta import BetaCalibrator  # noqa: E402
-from app.calibration.isotonic import IsotonicCalibrator  # noqa: E402
-from app.calibration.platt import PlattCalibrator  # noqa: E402
-from app.calibration.temperature import TemperatureCalibrator  # noqa: E402
+from calibd.calibration.beta import BetaCalibrator  # noqa: E402
+from calibd.calibration.isotonic import IsotonicCalibrator  # noqa: E402
+from calibd.calibration.platt import PlattCalibrator  # noqa: E402
+from calibd.calibration.temperature import TemperatureCalibrator  # noqa: E402
 
 REF_VENV = Path("/tmp/ref-venv")
 

@@ -26,8 +26,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.metrics import ece, interval_calibration, reliability_diagram  # noqa: E402
-from app.metrics.binned import assign_bins, uniform_bins  # noqa: E402
+from calibd.metrics import ece, interval_calibration, reliability_diagram  # noqa: E402
+from calibd.metrics.binned import assign_bins, uniform_bins  # noqa: E402
 
 
 def seconds(function) -> tuple[float, float]:

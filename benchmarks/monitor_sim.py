@@ -30,7 +30,7 @@ parts of the rest (95 or 90 labels), a fixed split per batch. From batch
 ``--change`` the first segment drifts by a logit shift of ``--segment-shift``
 (0.6); the others stay calibrated. Every segment has the service's per-segment
 drift test: tolerance ``--tolerance``, alpha split as the service splits it
-(``app.monitoring.segments.segment_alpha``: one dimension of max_values =
+(``calibd.monitoring.segments.segment_alpha``: one dimension of max_values =
 ``--segments``, so alpha / (segments + 1) per test). Reported: the drifted
 segment's power and delay, false alarms of the calibrated segments, and the
 global test (all labels, alpha) on the same streams; under no drift anywhere,
@@ -55,9 +55,9 @@ from scipy.special import expit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.metrics import ece  # noqa: E402
-from app.monitoring import ParallelDriftTests  # noqa: E402
-from app.monitoring.segments import segment_alpha  # noqa: E402
+from calibd.metrics import ece  # noqa: E402
+from calibd.monitoring import ParallelDriftTests  # noqa: E402
+from calibd.monitoring.segments import segment_alpha  # noqa: E402
 
 N_BINS = 15
 LOOKS = (1, 2, 4, 8, 16, 24)
@@ -105,7 +105,7 @@ def scenarios(mu: float, base_rate: float, change: int, tolerance: float) -> lis
 
 
 def batch_ece(p: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """15-bin equal-width ECE of each row, bins [k/15, (k+1)/15) with 1.0 in the last (as app.metrics.ece)."""
+    """15-bin equal-width ECE of each row, bins [k/15, (k+1)/15) with 1.0 in the last (as calibd.metrics.ece)."""
     m, n = p.shape
     bins = np.clip(np.searchsorted(np.linspace(0.0, 1.0, N_BINS + 1), p, side="right") - 1, 0, N_BINS - 1)
     index = (bins + N_BINS * np.arange(m)[:, None]).ravel()

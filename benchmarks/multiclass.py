@@ -4,7 +4,7 @@
 
 (1) Quality. For each dataset a calibrator is fitted on one split and every
     figure is measured on a separate test split: top-label ECE and class-wise
-    ECE (15 equal-width bins, app.metrics.ece with target="top_label" and
+    ECE (15 equal-width bins, calibd.metrics.ece with target="top_label" and
     "classwise"), log-loss and Brier score, before calibration ("none") and
     after each method. Datasets:
       * synthetic overconfident logits, K = 10 and K = 100: true logits
@@ -44,8 +44,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.calibration import get_method  # noqa: E402
-from app.metrics import brier, ece, log_loss  # noqa: E402
+from calibd.calibration import get_method  # noqa: E402
+from calibd.metrics import brier, ece, log_loss  # noqa: E402
 
 METHODS: list[tuple[str, dict]] = [
     ("temperature", {}),
@@ -225,9 +225,9 @@ def timing(runs: int, n: int = 100_000, k: int = 100) -> None:
 def lp_patch_at_scale(n_fit: int, n_test: int) -> None:
     """lp_patch where its guarantee bites: a holdout large enough for the accuracy it derives to
     be below the miscalibration (on the holdouts above it patches nothing and serves rho(R(f)))."""
-    from app.calibration.lp_patch import canonical
-    from app.metrics import lp_error
-    from app.metrics.lp import round_codes
+    from calibd.calibration.lp_patch import canonical
+    from calibd.metrics import lp_error
+    from calibd.metrics.lp import round_codes
 
     def draw(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
         rng = np.random.default_rng(seed)

@@ -94,7 +94,7 @@ CLIENT = r"""
 import asyncio, json, sys, time
 import grpc, httpx, numpy as np
 sys.path.insert(0, sys.argv[1])
-from app.grpc_v2 import ModelInferRequest
+from calibd.grpc_v2 import ModelInferRequest
 kind, target, key, name, n, seconds, concurrency = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6]), float(sys.argv[7]), int(sys.argv[8])
 scores = np.random.default_rng(n).uniform(0.01, 0.99, n)
 

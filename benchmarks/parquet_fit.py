@@ -92,14 +92,14 @@ def one_fit(kind: str, server: Server, http: httpx.Client, json_body: bytes, par
 
 #: The phases of ``run_fit`` profiled, as (owner module or class path, attribute, row label).
 PHASES = (
-    ("app.api.calibrators.fit_pool", "_parse", "read the body: JSON parse and request validation, or the Parquet columns"),
-    ("app.calibration.base:Calibrator", "check_holdout_arrays", "validate the arrays (JSON: the lists become arrays here)"),
-    ("app.calibration.isotonic:IsotonicCalibrator", "_fit", "isotonic fit (the calibrator served)"),
-    ("app.calibration.fitting", "stratified_folds", "stratified folds (beside the fit)"),
-    ("app.calibration.isotonic:IsotonicCalibrator", "cross_val_predictions", "5-fold cross-fit (out-of-fold predictions)"),
-    ("app.calibration.fitting", "summary_metrics", "headline metrics before and after, every row"),
-    ("app.calibration.fitting", "evaluate_subsample", "every metric before and after, 200,000-row subsample"),
-    ("app.calibration.fitting", "holdout_fingerprint", "holdout fingerprint (sha256)"),
+    ("calibd.api.calibrators.fit_pool", "_parse", "read the body: JSON parse and request validation, or the Parquet columns"),
+    ("calibd.calibration.base:Calibrator", "check_holdout_arrays", "validate the arrays (JSON: the lists become arrays here)"),
+    ("calibd.calibration.isotonic:IsotonicCalibrator", "_fit", "isotonic fit (the calibrator served)"),
+    ("calibd.calibration.fitting", "stratified_folds", "stratified folds (beside the fit)"),
+    ("calibd.calibration.isotonic:IsotonicCalibrator", "cross_val_predictions", "5-fold cross-fit (out-of-fold predictions)"),
+    ("calibd.calibration.fitting", "summary_metrics", "headline metrics before and after, every row"),
+    ("calibd.calibration.fitting", "evaluate_subsample", "every metric before and after, 200,000-row subsample"),
+    ("calibd.calibration.fitting", "holdout_fingerprint", "holdout fingerprint (sha256)"),
 )
 
 #: The same phases at commit 6f627a8, before the isotonic fit and its summary were reworked: CPU
@@ -115,8 +115,8 @@ def profile_phases(json_body: bytes, parquet_body: bytes) -> dict[str, list[floa
     ordinary (threaded) run, for each body."""
     import importlib
 
-    import app.calibration.auto as auto
-    from app.api.calibrators import fit_pool
+    import calibd.calibration.auto as auto
+    from calibd.api.calibrators import fit_pool
 
     spent: dict[str, float] = {}
     originals = []
@@ -197,7 +197,7 @@ def main() -> None:
     def med(kind: str, key: str) -> float:
         return median([p[kind][key] for p in runs])
 
-    from app.calibration.auto import available_threads
+    from calibd.calibration.auto import available_threads
 
     profile = profile_phases(json_body, parquet_body)
     profile_load = os.getloadavg()[0]

@@ -48,11 +48,11 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _harness import Target, machine, median, write_results  # noqa: E402
-from app.calibration.isotonic import IsotonicCalibrator  # noqa: E402
-from app.calibration.multicalibration import MulticalibrationCalibrator  # noqa: E402
-from app.calibration.platt import PlattCalibrator  # noqa: E402
-from app.metrics import ece, log_loss  # noqa: E402
-from app.metrics.multicalibration import multicalibration_error  # noqa: E402
+from calibd.calibration.isotonic import IsotonicCalibrator  # noqa: E402
+from calibd.calibration.multicalibration import MulticalibrationCalibrator  # noqa: E402
+from calibd.calibration.platt import PlattCalibrator  # noqa: E402
+from calibd.metrics import ece, log_loss  # noqa: E402
+from calibd.metrics.multicalibration import multicalibration_error  # noqa: E402
 
 VENV = Path(os.environ.get("CALIBD_MCGRAD_VENV", "/tmp/mcgrad-venv"))
 WORKER = ROOT / "benchmarks" / "_mcgrad_worker.py"

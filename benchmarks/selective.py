@@ -51,9 +51,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.calibration.platt import PlattCalibrator  # noqa: E402
-from app.calibration.selective import MODES, Baselines, SelectiveCalibrator  # noqa: E402
-from app.metrics import brier, ece  # noqa: E402
+from calibd.calibration.platt import PlattCalibrator  # noqa: E402
+from calibd.calibration.selective import MODES, Baselines, SelectiveCalibrator  # noqa: E402
+from calibd.metrics import brier, ece  # noqa: E402
 from tests.test_selective import DEFAULTS_BETA, DEFAULTS_CASE, section6  # noqa: E402  (the cases the tests assert on)
 
 BETAS = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)

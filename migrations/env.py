@@ -3,9 +3,9 @@ CALIBD_DATABASE_URL when alembic is run by hand (``alembic upgrade head``)."""
 
 from alembic import context
 
-from app.config import Settings
-from app.storage.db import make_engine
-from app.storage.models import Base
+from calibd.config import Settings
+from calibd.storage.db import make_engine
+from calibd.storage.models import Base
 
 config = context.config
 target_metadata = Base.metadata

@@ -21,10 +21,10 @@ import pytest
 import uvicorn
 from sqlalchemy import create_engine, text
 
-from app.config import Settings
-from app.main import create_app
-from app.storage import migrate
-from app.storage.db import make_engine
+from calibd.config import Settings
+from calibd.main import create_app
+from calibd.storage import migrate
+from calibd.storage.db import make_engine
 
 from .processes import free_port  # noqa: F401 (the tests import it from here)
 

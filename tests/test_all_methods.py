@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.calibration import METHODS, from_dict, get_method
+from calibd.calibration import METHODS, from_dict, get_method
 
 # Methods that calibrate binary scores alone (no required extra arrays).
 BINARY_METHODS = sorted(

@@ -13,8 +13,8 @@ from scipy.linalg import cholesky
 from scipy.signal import lfilter
 from scipy.special import ndtr
 
-from app.calibration import CalibrationInputError, angular, fit_calibrator, from_dict, get_method
-from app.calibration.angular import (
+from calibd.calibration import CalibrationInputError, angular, fit_calibrator, from_dict, get_method
+from calibd.calibration.angular import (
     AngularCalibrator,
     corrected_gamma,
     estimate_inner_product_squared,
@@ -26,7 +26,7 @@ from app.calibration.angular import (
     quadrature_rule,
     stationarity,
 )
-from app.calibration.base import sigmoid
+from calibd.calibration.base import sigmoid
 
 LINK = {"family": "logistic", "scale": 3.0, "offset": 1.0}
 
@@ -298,7 +298,7 @@ def test_probit_link_is_platt_with_the_theoretical_a_and_b(small):
 
 
 def test_the_angular_predictor_is_calibrated_in_simulation(sims):
-    from app.metrics import ece
+    from calibd.metrics import ece
 
     sim = sims[0]
     calibrator = fit(sim)

@@ -9,8 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from app.calibration import from_dict
-from app.calibration.angular import AngularCalibrator
+from calibd.calibration import from_dict
+from calibd.calibration.angular import AngularCalibrator
 
 from . import test_angular as simulation
 

@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 from sqlalchemy import event
 
-from app.config import Settings
-from app.main import create_app
-from app.storage import keys
-from app.storage.db import make_engine, make_sessionmaker
-from app.storage.models import utcnow
+from calibd.config import Settings
+from calibd.main import create_app
+from calibd.storage import keys
+from calibd.storage.db import make_engine, make_sessionmaker
+from calibd.storage.models import utcnow
 
 from .conftest import REPO, LiveServer
 
@@ -219,7 +219,7 @@ def test_expired_keys_are_refused(live):
     server, _, sessions = live
     from datetime import timedelta
 
-    from app.storage.models import utcnow
+    from calibd.storage.models import utcnow
 
     key, _ = keys.create_key(sessions, ["read"], expires_at=utcnow() - timedelta(seconds=1))
     import time
@@ -242,7 +242,7 @@ def test_only_a_hash_is_stored(live):
 
 def test_cli_keys_round_trip(isolated_database_url, live):
     env = {"CALIBD_DATABASE_URL": isolated_database_url, "PATH": "/usr/bin:/bin"}
-    run = lambda *args: subprocess.run([sys.executable, "-m", "app.cli", "keys", *args], cwd=REPO, env=env, capture_output=True, text=True)
+    run = lambda *args: subprocess.run([sys.executable, "-m", "calibd.cli", "keys", *args], cwd=REPO, env=env, capture_output=True, text=True)
     created = run("create", "--scope", "read", "--expires", "1d", "--description", "from the cli")
     assert created.returncode == 0, created.stderr
     key = created.stdout.strip()

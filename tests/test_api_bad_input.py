@@ -8,7 +8,7 @@ import httpx
 import numpy as np
 import pytest
 
-from app.config import Settings
+from calibd.config import Settings
 
 from .conftest import LiveServer
 

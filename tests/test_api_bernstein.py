@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.calibration import from_dict
+from calibd.calibration import from_dict
 
 
 def holdout(n=500, m=2, seed=0):

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import numpy as np
 
-from app.config import Settings
+from calibd.config import Settings
 
 from .conftest import LiveServer
 

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from app.metrics import DEFAULT_METRICS, evaluate
+from calibd.metrics import DEFAULT_METRICS, evaluate
 
 rng = np.random.default_rng(0)
 BINARY_P = rng.random(400)

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.metrics import evaluate
+from calibd.metrics import evaluate
 
 FIXTURES = json.loads((Path(__file__).parent / "fixtures" / "mcgrad_multicalibration.json").read_text())
 CASES = {case["seed"]: case for case in FIXTURES["cases"]}

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from sqlalchemy import text
 
-from app.config import Settings
-from app.metrics import brier, ece, log_loss
+from calibd.config import Settings
+from calibd.metrics import brier, ece, log_loss
 
 from .conftest import LiveServer
 
@@ -344,10 +344,10 @@ def test_concurrent_transactions_labelling_the_same_ids_in_opposite_orders_neith
     deadlocked on PostgreSQL's unique index) both commit, and each id is recorded once."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from app.calibration.platt import PlattCalibrator
-    from app.storage import feedback as store
-    from app.storage import repository
-    from app.storage.db import make_engine, make_sessionmaker
+    from calibd.calibration.platt import PlattCalibrator
+    from calibd.storage import feedback as store
+    from calibd.storage import repository
+    from calibd.storage.db import make_engine, make_sessionmaker
 
     engine = make_engine(database_url)
     sessions = make_sessionmaker(engine)

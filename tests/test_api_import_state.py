@@ -13,8 +13,8 @@ import json
 import numpy as np
 import pytest
 
-from app.calibration import from_dict
-from app.calibration.registry import METHODS
+from calibd.calibration import from_dict
+from calibd.calibration.registry import METHODS
 
 RNG = np.random.default_rng(3)
 BINARY = RNG.uniform(0.02, 0.98, 400).round(4)

@@ -7,9 +7,9 @@ from datetime import timedelta
 
 import numpy as np
 
-from app.storage import jobs as job_store
-from app.storage.db import make_engine, make_sessionmaker
-from app.storage.models import utcnow
+from calibd.storage import jobs as job_store
+from calibd.storage.db import make_engine, make_sessionmaker
+from calibd.storage.models import utcnow
 
 
 def holdout(n, seed=0):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.calibration import METHODS, from_dict
-from app.metrics import ece, log_loss
+from calibd.calibration import METHODS, from_dict
+from calibd.metrics import ece, log_loss
 
 MULTICLASS = sorted(
     name

@@ -14,8 +14,8 @@ import time
 import httpx
 import numpy as np
 
-from app.api.logs import BackgroundStreamHandler
-from app.config import Settings
+from calibd.api.logs import BackgroundStreamHandler
+from calibd.config import Settings
 
 from .conftest import REPO, LiveServer, free_port
 
@@ -48,7 +48,7 @@ def test_batch_and_holdout_limits_are_stated(database_url, name):
 
 
 def test_method_limits_are_stated():
-    from app.calibration import CalibrationInputError, fit_calibrator
+    from calibd.calibration import CalibrationInputError, fit_calibrator
 
     try:
         fit_calibrator("platt", "probability", {}, [0.5] * 20, [0, 1] * 10, max_samples=12)
@@ -80,7 +80,7 @@ def test_logs_are_json_lines_with_the_request_id(tmp_path):
     port = free_port()
     env = os.environ | {"CALIBD_DATABASE_URL": f"sqlite:///{tmp_path / 'logs.db'}"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--port", str(port)],
+        [sys.executable, "-m", "calibd.cli", "serve", "--port", str(port)],
         cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     try:

@@ -19,8 +19,8 @@ import time
 import httpx
 import pytest
 
-from app.client import AsyncClient, Client, InvalidInput, NotFound
-from app.config import PredictorSetting, Settings
+from calibd.client import AsyncClient, Client, InvalidInput, NotFound
+from calibd.config import PredictorSetting, Settings
 
 from .conftest import REPO, LiveServer
 from .test_api_feedback import fit
@@ -231,7 +231,7 @@ def test_the_clients_and_the_cli(server, name, tmp_path):
     env |= {"CALIBD_URL": server.url, "PYTHONPATH": str(REPO)}
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "app.cli", "predictor", name, *args], cwd=tmp_path, env=env,
+        return subprocess.run([sys.executable, "-m", "calibd.cli", "predictor", name, *args], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=120)
 
     shown = cli()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.metrics import ece, evaluate
+from calibd.metrics import ece, evaluate
 
 
 @pytest.fixture

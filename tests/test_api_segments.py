@@ -7,8 +7,8 @@ import time
 import numpy as np
 import pytest
 
-from app.metrics import brier, ece, log_loss
-from app.monitoring.segments import OTHER
+from calibd.metrics import brier, ece, log_loss
+from calibd.monitoring.segments import OTHER
 
 from .test_api_feedback import fit, pairs, wait_logged
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from sqlalchemy import text
 
-from app.calibration import from_dict
+from calibd.calibration import from_dict
 from tests.test_selective import section6
 
 # A quick selector, enough for the section-6 case.

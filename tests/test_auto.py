@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.calibration import fit_calibrator, from_dict, get_method
-from app.calibration.auto import AutoCalibrator, cross_validate
-from app.calibration.crossfit import CROSS_FIT_SEED, CROSS_FIT_SPLITS, cross_val_predict, stratified_folds
-from app.metrics import log_loss
+from calibd.calibration import fit_calibrator, from_dict, get_method
+from calibd.calibration.auto import AutoCalibrator, cross_validate
+from calibd.calibration.crossfit import CROSS_FIT_SEED, CROSS_FIT_SPLITS, cross_val_predict, stratified_folds
+from calibd.metrics import log_loss
 
 
 def overconfident(n: int, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

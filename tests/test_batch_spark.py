@@ -1,6 +1,6 @@
 """Batch calibration in Spark (local[2]) and from Parquet gives /calibrate's answers, bit for bit.
 
-Each registered method is fitted through the API, exported, and applied by ``app.batch`` to a
+Each registered method is fitted through the API, exported, and applied by ``calibd.batch`` to a
 100,000-row table; the same rows go to ``POST /calibrate`` over HTTP, and every output column
 must be equal exactly. Spark cuts the table into partitions and Arrow batches of 7,000 rows, so
 the equality also shows that no row's answer depends on the rows batched with it.
@@ -18,9 +18,9 @@ import httpx
 import numpy as np
 import pytest
 
-from app.batch import calibrate_parquet, calibrate_spark
-from app.calibration import METHODS
-from app.config import Settings
+from calibd.batch import calibrate_parquet, calibrate_spark
+from calibd.calibration import METHODS
+from calibd.config import Settings
 
 from . import test_angular as angular_simulation
 from .conftest import LiveServer, migrated_database
@@ -182,7 +182,7 @@ def test_calibrate_parquet_cli_gives_calibrate_bit_for_bit(http, tmp_path):
     table.to_parquet(source, row_group_size=30_000)
     model.write_text(json.dumps(exported))
     done = subprocess.run(
-        [sys.executable, "-m", "app.cli", "calibrate", "--input", str(source), "--output", str(target), "--export", str(model)],
+        [sys.executable, "-m", "calibd.cli", "calibrate", "--input", str(source), "--output", str(target), "--export", str(model)],
         capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 0, done.stderr
@@ -192,7 +192,7 @@ def test_calibrate_parquet_cli_gives_calibrate_bit_for_bit(http, tmp_path):
     assert f"calibrated {ROWS} rows" in done.stderr
     # The same from the running service's current version, by name.
     again = subprocess.run(
-        [sys.executable, "-m", "app.cli", "calibrate", name, "--input", str(source), "--output", str(target),
+        [sys.executable, "-m", "calibd.cli", "calibrate", name, "--input", str(source), "--output", str(target),
          "--url", str(http.base_url)],
         capture_output=True, text=True, timeout=120,
     )

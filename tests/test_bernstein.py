@@ -10,8 +10,8 @@ import pytest
 from scipy.optimize import LinearConstraint, minimize
 from scipy.special import comb
 
-from app.calibration import CalibrationInputError, fit_calibrator, from_dict, get_method
-from app.calibration.bernstein import (
+from calibd.calibration import CalibrationInputError, fit_calibrator, from_dict, get_method
+from calibd.calibration.bernstein import (
     BernsteinCalibrator,
     design_matrix,
     ecdf_knots,
@@ -21,7 +21,7 @@ from app.calibration.bernstein import (
     gram,
     solve_monotone_qp,
 )
-from app.calibration.isotonic import IsotonicCalibrator
+from calibd.calibration.isotonic import IsotonicCalibrator
 
 
 def sigmoid(x):
@@ -225,7 +225,7 @@ def test_degree_is_chosen_by_five_fold_cross_validation():
     assert info["n_coefficients"] == (info["degree"] + 1) ** 2
     assert info["solver_converged"] and info["solver_iterations"] > 0
     # The cross-validated Brier score is an out-of-fold one: compare it with explicit folds.
-    from app.calibration.crossfit import stratified_folds
+    from calibd.calibration.crossfit import stratified_folds
 
     folds = stratified_folds(labels, 5, 0)
     k = info["degree"]
@@ -397,7 +397,7 @@ def test_basis_matches_the_definition():
 @pytest.mark.parametrize("dims", [1, 2, 3])
 def test_a_rows_value_does_not_depend_on_its_batch(dims):
     # /calibrate and the batch module (Spark partitions) cut the same rows into different batches.
-    from app.calibration.bernstein import evaluate
+    from calibd.calibration.bernstein import evaluate
 
     rng = np.random.default_rng(dims)
     degree = 6

@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sklearn.linear_model import LogisticRegression
 
-from app.calibration.base import CalibrationInputError
-from app.calibration.beta import BetaCalibrator, beta_midpoint, log_probabilities
+from calibd.calibration.base import CalibrationInputError
+from calibd.calibration.beta import BetaCalibrator, beta_midpoint, log_probabilities
 
 GRID = np.array([0.001, 0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 0.999])
 
@@ -233,7 +233,7 @@ def test_midpoint():
 
 
 def test_predict_before_fit_and_bad_options():
-    from app.calibration.base import NotFittedError
+    from calibd.calibration.base import NotFittedError
 
     with pytest.raises(NotFittedError):
         BetaCalibrator().predict([0.5])

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.calibration import CalibrationInputError, METHODS, NotFittedError, fit_calibrator, get_method
-from app.calibration.crossfit import cross_val_predict, stratified_folds
-from app.calibration.platt import PlattCalibrator
+from calibd.calibration import CalibrationInputError, METHODS, NotFittedError, fit_calibrator, get_method
+from calibd.calibration.crossfit import cross_val_predict, stratified_folds
+from calibd.calibration.platt import PlattCalibrator
 
 
 def test_validation_names_the_field_and_first_bad_element():
@@ -97,7 +97,7 @@ def test_fit_summary_is_cross_fitted():
     result = fit_calibrator("platt", "probability", {}, p, y)
     assert result.summary["after"]["ece"] < result.summary["before"]["ece"]
     oof = cross_val_predict(result.calibrator, p, y.astype(np.int8), np.ones(2000))
-    from app.metrics import log_loss
+    from calibd.metrics import log_loss
 
     assert result.summary["after"]["log_loss"] == pytest.approx(log_loss(oof, y))
     in_sample = log_loss(result.calibrator.predict(p), y)
@@ -122,7 +122,7 @@ def test_every_registered_method_declares_its_name():
 
 
 def test_extra_arrays_are_declared_split_by_fold_and_passed_to_predict():
-    from app.calibration.base import ArraySpec
+    from calibd.calibration.base import ArraySpec
 
     class ByFeature(PlattCalibrator):
         """Predicts the training label rate of rows whose feature has the same sign."""

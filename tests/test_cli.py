@@ -15,8 +15,8 @@ import tomllib
 import numpy as np
 import pytest
 
-from app.calibration import from_dict
-from app.client import Client
+from calibd.calibration import from_dict
+from calibd.client import Client
 
 from .conftest import REPO, free_port
 from .test_client import ensure_import_route
@@ -31,7 +31,7 @@ def cli(server, tmp_path):
 
     def run(*args: str, url: str | None = None, stdin: str | None = None, text: bool = True) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "app.cli", *args], cwd=tmp_path, env=env | ({"CALIBD_URL": url} if url else {}),
+            [sys.executable, "-m", "calibd.cli", *args], cwd=tmp_path, env=env | ({"CALIBD_URL": url} if url else {}),
             capture_output=True, text=text, input=stdin, timeout=300,
         )
 
@@ -247,7 +247,7 @@ def test_bad_input_files_exit_2_with_one_line(tmp_path, case):
         (tmp_path / filename).write_text(content)
     env = {k: v for k, v in os.environ.items() if not k.startswith("CALIBD_")}
     env |= {"PYTHONPATH": str(REPO), "CALIBD_URL": f"http://127.0.0.1:{free_port()}"}
-    result = subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=tmp_path, env=env, capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "calibd.cli", *args], cwd=tmp_path, env=env, capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert one_line_error(result).startswith(message)
@@ -261,16 +261,16 @@ def test_an_unreachable_service_is_one_line_and_status_3(cli, tmp_path):
 
 
 def test_a_missing_api_key_says_how_to_send_one(isolated_database_url, tmp_path):
-    from app.config import Settings
-    from app.storage import keys
-    from app.storage.db import make_engine, make_sessionmaker
+    from calibd.config import Settings
+    from calibd.storage import keys
+    from calibd.storage.db import make_engine, make_sessionmaker
 
     from .conftest import LiveServer
 
     keys.create_key(make_sessionmaker(make_engine(isolated_database_url)), ["admin"])
     with LiveServer(Settings(database_url=isolated_database_url)) as live:
         env = {k: v for k, v in os.environ.items() if not k.startswith("CALIBD_")} | {"PYTHONPATH": str(REPO)}
-        result = subprocess.run([sys.executable, "-m", "app.cli", "list", "--url", live.url], cwd=tmp_path, env=env,
+        result = subprocess.run([sys.executable, "-m", "calibd.cli", "list", "--url", live.url], cwd=tmp_path, env=env,
                                 capture_output=True, text=True, timeout=120)
     assert result.returncode == 1
     assert one_line_error(result) == (
@@ -291,7 +291,7 @@ def test_version_and_the_database_commands_still_work(tmp_path):
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("CALIBD_")} | {
         "PYTHONPATH": str(REPO), "CALIBD_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}"}
-    run = lambda *args: subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=tmp_path, env=env,
+    run = lambda *args: subprocess.run([sys.executable, "-m", "calibd.cli", *args], cwd=tmp_path, env=env,
                                        capture_output=True, text=True, timeout=120)
     shown = run("--version")
     assert shown.returncode == 0 and shown.stdout.strip() == f"calibd {version}"
@@ -304,7 +304,7 @@ def test_version_and_the_database_commands_still_work(tmp_path):
 
 
 def test_progress_is_a_bar_redrawn_on_a_terminal():
-    from app.cli import _Progress
+    from calibd.cli import _Progress
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
@@ -353,7 +353,7 @@ def _parsers(parser):
 
 
 def test_every_option_has_a_help_text_that_says_its_default():
-    from app.cli import build_parser
+    from calibd.cli import build_parser
 
     for parser in _parsers(build_parser()):
         formatter = parser._get_formatter()
@@ -363,7 +363,7 @@ def test_every_option_has_a_help_text_that_says_its_default():
             assert action.help, f"{parser.prog} {action.dest}: no help text"
             if action.option_strings and action.default is not None and not isinstance(action.default, bool):
                 assert "default" in formatter._expand_help(action), f"{parser.prog} {action.option_strings}: no default"
-    serve = subprocess.run([sys.executable, "-m", "app.cli", "serve", "--help"], capture_output=True, text=True,
+    serve = subprocess.run([sys.executable, "-m", "calibd.cli", "serve", "--help"], capture_output=True, text=True,
                            env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
     assert "port to listen on (default: 8000)" in serve.stdout
     assert "(default: 127.0.0.1)" in serve.stdout

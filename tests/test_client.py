@@ -1,4 +1,4 @@
-"""The Python client (app.client) against calibd served over real HTTP, on SQLite and PostgreSQL.
+"""The Python client (calibd.client) against calibd served over real HTTP, on SQLite and PostgreSQL.
 
 No fakes: errors come from the service, 503s from a calibd whose database is unreachable,
 and the lost answer of the idempotent-retry test from a real TCP proxy that drops it.
@@ -17,10 +17,10 @@ import httpx
 import numpy as np
 import pytest
 
-from app import client as client_module
-from app.api import transfer
-from app.calibration import from_dict
-from app.client import (
+from calibd import client as client_module
+from calibd.api import transfer
+from calibd.calibration import from_dict
+from calibd.client import (
     AsyncClient,
     Calibration,
     CalibdError,
@@ -36,10 +36,10 @@ from app.client import (
     Unavailable,
     parse_retry_after,
 )
-from app.config import Settings
-from app.main import create_app
-from app.storage import keys
-from app.storage.db import make_engine, make_sessionmaker
+from calibd.config import Settings
+from calibd.main import create_app
+from calibd.storage import keys
+from calibd.storage.db import make_engine, make_sessionmaker
 
 from .conftest import LiveServer, free_port
 
@@ -78,7 +78,7 @@ def requests_sent(client: Client) -> list[httpx.Request]:
 
 
 def test_the_app_serves_the_import_route():
-    """app/main.py includes app.api.transfer's router (the line: `transfer` in the router tuple)."""
+    """app/main.py includes calibd.api.transfer's router (the line: `transfer` in the router tuple)."""
     paths = create_app(Settings(database_url="sqlite://")).openapi()["paths"]
     assert IMPORT_ROUTE in paths, "add `transfer` to the router tuple in app/main.py (from .api import transfer)"
 

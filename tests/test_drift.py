@@ -26,8 +26,8 @@ from scipy.optimize import brentq
 from scipy.special import expit, logit
 from scipy.stats import beta
 
-from app.calibration.base import CalibrationInputError
-from app.monitoring import DriftResult, DriftTest, ParallelDriftTests
+from calibd.calibration.base import CalibrationInputError
+from calibd.monitoring import DriftResult, DriftTest, ParallelDriftTests
 
 ALPHA = 0.05
 N_STREAMS, N_BATCHES, N_LABELS, CHANGE = 300, 24, 2000, 8

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from sqlalchemy import text
 
-from app.monitoring.windows import feedback_terms
-from app.storage import feedback
-from app.storage.db import make_engine, make_sessionmaker, transaction
-from app.storage.feedback import LabelledBatch
+from calibd.monitoring.windows import feedback_terms
+from calibd.storage import feedback
+from calibd.storage.db import make_engine, make_sessionmaker, transaction
+from calibd.storage.feedback import LabelledBatch
 
 from .conftest import migrated_database
 

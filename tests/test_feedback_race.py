@@ -20,7 +20,7 @@ import httpx
 import numpy as np
 import pytest
 
-from app.metrics import brier, ece
+from calibd.metrics import brier, ece
 
 from .conftest import migrated_database
 from .reliability.harness import CalibdProcess, fit_body, metric_values, rows, wait_until

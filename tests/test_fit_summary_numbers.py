@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.calibration.crossfit import stratified_folds
-from app.calibration.fitting import summary_metrics
-from app.metrics import brier, ece, log_loss
-from app.metrics.scores import LOG_LOSS_EPS
+from calibd.calibration.crossfit import stratified_folds
+from calibd.calibration.fitting import summary_metrics
+from calibd.metrics import brier, ece, log_loss
+from calibd.metrics.scores import LOG_LOSS_EPS
 
 
 def reference_folds(labels: np.ndarray, n_splits: int, seed: int) -> np.ndarray:

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.calibration.base import CalibrationInputError
-from app.calibration.histogram import HistogramCalibrator, equal_mass_edges
+from calibd.calibration.base import CalibrationInputError
+from calibd.calibration.histogram import HistogramCalibrator, equal_mass_edges
 
 TEN = np.array([0.05, 0.15, 0.25, 0.35, 0.45, 0.55, 0.65, 0.75, 0.85, 0.95])
 TEN_LABELS = np.array([0, 0, 0, 1, 0, 0, 1, 0, 1, 1])  # base rate 0.4

@@ -20,17 +20,17 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry, Histogram
 
-from app.api.bodies import float_array
-from app.api.logs import JsonFormatter, _utc_milliseconds, format_access, new_request_id, request_id
-from app.api.observability import _observer
-from app.calibration import kernels
-from app.calibration._logistic import fit_logistic
-from app.calibration._multiclass import as_logits, softmax
-from app.calibration.base import Calibrator, CalibrationInputError
-from app.calibration.isotonic import IsotonicCalibrator, _GridLookup, _pool_unit_weights, _slopes, pool_ties
-from app.calibration.platt import PlattCalibrator
-from app.calibration.temperature import TemperatureCalibrator
-from app.storage.cache import estimate_nbytes
+from calibd.api.bodies import float_array
+from calibd.api.logs import JsonFormatter, _utc_milliseconds, format_access, new_request_id, request_id
+from calibd.api.observability import _observer
+from calibd.calibration import kernels
+from calibd.calibration._logistic import fit_logistic
+from calibd.calibration._multiclass import as_logits, softmax
+from calibd.calibration.base import Calibrator, CalibrationInputError
+from calibd.calibration.isotonic import IsotonicCalibrator, _GridLookup, _pool_unit_weights, _slopes, pool_ties
+from calibd.calibration.platt import PlattCalibrator
+from calibd.calibration.temperature import TemperatureCalibrator
+from calibd.storage.cache import estimate_nbytes
 
 
 def _isotonic(rng, n, input="probability", rounded=None):
@@ -87,7 +87,7 @@ def _lookup_built(lookup) -> bool:
 
 
 def test_auto_prepares_the_calibrator_it_chose():
-    from app.calibration.auto import AutoCalibrator
+    from calibd.calibration.auto import AutoCalibrator
 
     rng = np.random.default_rng(2)
     scores = rng.random(20_000)
@@ -324,10 +324,10 @@ def test_the_duration_observer_counts_as_histogram_observe():
 
 # -- feedback rows by COPY -------------------------------------------------------------------------------
 def test_feedback_rows_round_trip(database_url):
-    from app.storage import feedback as store
-    from app.storage import repository
-    from app.storage.db import make_engine, make_sessionmaker, transaction
-    from app.storage.models import FeedbackRow
+    from calibd.storage import feedback as store
+    from calibd.storage import repository
+    from calibd.storage.db import make_engine, make_sessionmaker, transaction
+    from calibd.storage.models import FeedbackRow
     from sqlalchemy import select
 
     engine = make_engine(database_url)

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.isotonic import IsotonicRegression
 
-from app.calibration.base import CalibrationInputError
-from app.calibration.isotonic import IsotonicCalibrator
+from calibd.calibration.base import CalibrationInputError
+from calibd.calibration.isotonic import IsotonicCalibrator
 
 
 def make_data(rng, n, input, ties):
@@ -180,7 +180,7 @@ def test_subnormal_knot_spacing_stays_finite():
 @pytest.mark.parametrize("weights", ["unit", "varied", "some zero"])
 def test_cross_val_predictions_are_a_refit_per_fold(input, ties, weights):
     """The one-sort cross-fit gives the very floats of a fresh calibrator fitted on each fold's training rows."""
-    from app.calibration.crossfit import stratified_folds
+    from calibd.calibration.crossfit import stratified_folds
 
     rng = np.random.default_rng(7)
     scores, labels, _ = make_data(rng, 3000, input, ties)
@@ -199,8 +199,8 @@ def test_cross_val_predictions_are_a_refit_per_fold(input, ties, weights):
 
 def test_large_holdout_summary_evaluates_a_subsample_and_says_so():
     """Over SUMMARY_EVALUATE_ROWS rows the full evaluation is of a seeded subsample; the headline metrics of every row."""
-    from app.calibration import fitting
-    from app.metrics import ece
+    from calibd.calibration import fitting
+    from calibd.metrics import ece
 
     rng = np.random.default_rng(3)
     n = fitting.SUMMARY_EVALUATE_ROWS + 5000
@@ -224,8 +224,8 @@ def test_the_key_sort_fit_and_cross_fit_match_sklearn_and_the_general_path(scale
     """Unit weights, 0/1 labels and |score| < 2 take the int64-key path (one sort of keys holding
     the score's bits and the label): the same thresholds as scikit-learn's IsotonicRegression and as
     the general path (forced by weights of 2), and out-of-fold predictions equal to a plain refit per fold, on one thread or several."""
-    from app.calibration import auto, isotonic
-    from app.calibration.crossfit import stratified_folds
+    from calibd.calibration import auto, isotonic
+    from calibd.calibration.crossfit import stratified_folds
 
     rng = np.random.default_rng(3)
     n = 40_000
@@ -267,7 +267,7 @@ def test_pav_kernel_and_trimming_match_scipy_isotonic_regression(seed):
     the trimming of ``scipy.optimize.isotonic_regression``'s full fit, float for float."""
     from scipy.optimize import isotonic_regression
 
-    from app.calibration.isotonic import _thresholds
+    from calibd.calibration.isotonic import _thresholds
 
     rng = np.random.default_rng(seed)
     k = int(rng.integers(1, 3000))

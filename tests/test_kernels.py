@@ -19,10 +19,10 @@ import sys
 import numpy as np
 import pytest
 
-from app.calibration import kernels
-from app.calibration.base import Calibrator, CalibrationInputError
-from app.calibration.isotonic import IsotonicCalibrator, _Interpolator
-from app.calibration.temperature import TemperatureCalibrator, _softmax_in_place
+from calibd.calibration import kernels
+from calibd.calibration.base import Calibrator, CalibrationInputError
+from calibd.calibration.isotonic import IsotonicCalibrator, _Interpolator
+from calibd.calibration.temperature import TemperatureCalibrator, _softmax_in_place
 
 # Skipped only when turned off on purpose: a build that failed quietly fails here instead.
 pytestmark = pytest.mark.skipif(os.environ.get("CALIBD_KERNELS") == "0", reason="the kernels are off (CALIBD_KERNELS=0)")
@@ -208,9 +208,9 @@ def test_the_kernels_take_float_arrays_in_any_layout_with_the_same_bits():
 _NUMPY_PATH = """
 import json, sys
 import numpy as np
-from app.calibration import kernels
-from app.calibration.isotonic import IsotonicCalibrator
-from app.calibration.temperature import TemperatureCalibrator
+from calibd.calibration import kernels
+from calibd.calibration.isotonic import IsotonicCalibrator
+from calibd.calibration.temperature import TemperatureCalibrator
 case = json.load(sys.stdin)
 iso = IsotonicCalibrator()
 iso.x_thresholds_, iso.y_thresholds_, iso.n_classes_ = np.array(case["x"]), np.array(case["y"]), 2

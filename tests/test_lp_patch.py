@@ -14,9 +14,9 @@ import math
 import numpy as np
 import pytest
 
-from app.calibration import CalibrationInputError, fit_calibrator, from_dict, get_method
-from app.calibration._multiclass import softmax
-from app.calibration.lp_patch import (
+from calibd.calibration import CalibrationInputError, fit_calibrator, from_dict, get_method
+from calibd.calibration._multiclass import softmax
+from calibd.calibration.lp_patch import (
     LpPatchCalibrator,
     canonical,
     log_level_sets,
@@ -24,7 +24,7 @@ from app.calibration.lp_patch import (
     project_to_simplex,
     query_accuracy,
 )
-from app.metrics import lp_error
+from calibd.metrics import lp_error
 
 
 def overconfident(n: int, seed: int, k: int = 3, spread: float = 5.0, temperature: float = 5.0):

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from app.metrics import brier, ece, log_loss
+from calibd.metrics import brier, ece, log_loss
 
 
 def test_ece_by_hand():

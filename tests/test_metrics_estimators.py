@@ -1,4 +1,4 @@
-"""Hand-computed cases for every estimator in app.metrics, and their conventions.
+"""Hand-computed cases for every estimator in calibd.metrics, and their conventions.
 
 Each small case is worked out in the comments next to it.
 """
@@ -12,9 +12,9 @@ import pytest
 from scipy.optimize import isotonic_regression
 from scipy.stats import norm
 
-from app.calibration import CalibrationInputError
-from app.calibration.isotonic import IsotonicCalibrator
-from app.metrics import (
+from calibd.calibration import CalibrationInputError
+from calibd.calibration.isotonic import IsotonicCalibrator
+from calibd.metrics import (
     DEFAULT_METRICS,
     ace,
     bin_edges,
@@ -33,8 +33,8 @@ from app.metrics import (
     spiegelhalter,
     wilson_interval,
 )
-from app.metrics.binned import assign_bins, fast_assign_bins, uniform_bins
-from app.metrics.debiased import kumar_equal_mass_edges
+from calibd.metrics.binned import assign_bins, fast_assign_bins, uniform_bins
+from calibd.metrics.debiased import kumar_equal_mass_edges
 
 # Four rows of three classes, used by several cases:
 #   row  probabilities     label  top class  confidence  correct
@@ -324,7 +324,7 @@ def test_lp_error_multiclass_by_hand():
 def test_lp_error_many_classes_uses_row_unique():
     # (lambda + 1)^K overflows int64 for K = 40: np.unique on rows must give the same partition.
     probabilities, labels = random_multiclass(300, k=40, seed=12)
-    from app.metrics.lp import bin_ids
+    from calibd.metrics.lp import bin_ids
 
     codes = np.floor(10 * probabilities).astype(np.int64)
     _, expected = np.unique(codes, axis=0, return_inverse=True)

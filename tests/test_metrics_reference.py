@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.metrics import debiased_l2_ce, ece, reliability_diagram, smooth_ece
+from calibd.metrics import debiased_l2_ce, ece, reliability_diagram, smooth_ece
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "metrics_reference.json").read_text())
 TOLERANCE = 1e-9

@@ -6,9 +6,9 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
-from app.storage import migrate
-from app.storage.db import make_engine
-from app.storage.models import Base
+from calibd.storage import migrate
+from calibd.storage.db import make_engine
+from calibd.storage.models import Base
 
 from .conftest import migrated_database
 

@@ -8,13 +8,13 @@ import lightgbm as lgb
 import numpy as np
 import pytest
 
-from app.calibration import from_dict, get_method
-from app.calibration.base import CalibrationInputError
-from app.calibration.columns import check_columns
-from app.calibration.multicalibration import MulticalibrationCalibrator, _flatten_trees, _Forest
-from app.calibration.platt import PlattCalibrator
-from app.metrics import log_loss
-from app.metrics.multicalibration import multicalibration_error
+from calibd.calibration import from_dict, get_method
+from calibd.calibration.base import CalibrationInputError
+from calibd.calibration.columns import check_columns
+from calibd.calibration.multicalibration import MulticalibrationCalibrator, _flatten_trees, _Forest
+from calibd.calibration.platt import PlattCalibrator
+from calibd.metrics import log_loss
+from calibd.metrics.multicalibration import multicalibration_error
 
 COUNTRIES = np.array(["us", "br", "in", "de", "fr"])
 DEVICES = np.array(["ios", "android", "web"])
@@ -146,7 +146,7 @@ def test_auto_can_choose_it_on_scores_alone():
 def test_segment_stage_is_the_penalised_maximum_likelihood():
     from scipy.optimize import minimize
 
-    from app.calibration.multicalibration import _segment_offsets
+    from calibd.calibration.multicalibration import _segment_offsets
 
     rng = np.random.default_rng(8)
     n = 3000

@@ -6,9 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.calibration.base import CalibrationInputError
-from app.metrics import interval_calibration
-from app.metrics.multicalibration import check_options, ecce_p_value, multicalibration_error
+from calibd.calibration.base import CalibrationInputError
+from calibd.metrics import interval_calibration
+from calibd.metrics.multicalibration import check_options, ecce_p_value, multicalibration_error
 
 FIXTURES = json.loads((Path(__file__).parent / "fixtures" / "mcgrad_multicalibration.json").read_text())
 OPTION_NAMES = {"max_values_per_segment_feature": "max_values", "max_depth": "max_depth",

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from sklearn.linear_model import LogisticRegression
 
-from app.calibration.one_vs_rest import OneVsRestIsotonicCalibrator, OneVsRestPlattCalibrator
-from app.calibration.top_label_histogram import TopLabelHistogramCalibrator
+from calibd.calibration.one_vs_rest import OneVsRestIsotonicCalibrator, OneVsRestPlattCalibrator
+from calibd.calibration.top_label_histogram import TopLabelHistogramCalibrator
 
 # Five rows, each twice; the per-class columns have no ties between different rows.
 ROWS = np.array(

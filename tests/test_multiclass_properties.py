@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.calibration import CalibrationInputError, fit_calibrator, from_dict, get_method
+from calibd.calibration import CalibrationInputError, fit_calibrator, from_dict, get_method
 
 MULTICLASS = [
     ("temperature", {}),

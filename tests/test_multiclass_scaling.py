@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.calibration import CalibrationInputError, get_method
-from app.calibration.linear import MAX_FULL_CLASSES, DirichletCalibrator, MatrixScalingCalibrator, VectorScalingCalibrator
-from app.calibration.temperature import TemperatureCalibrator
-from app.metrics import log_loss
+from calibd.calibration import CalibrationInputError, get_method
+from calibd.calibration.linear import MAX_FULL_CLASSES, DirichletCalibrator, MatrixScalingCalibrator, VectorScalingCalibrator
+from calibd.calibration.temperature import TemperatureCalibrator
+from calibd.metrics import log_loss
 
 
 def softmax(z):

@@ -24,7 +24,7 @@ def test_counters_add_up_across_two_workers(tmp_path):
         "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
     }
     server = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--workers", "2"],
+        [sys.executable, "-m", "calibd.cli", "serve", "--port", str(port), "--workers", "2"],
         cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"

@@ -14,9 +14,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from app.cli import build_parser
-from app.config import Settings
-from app.main import create_app
+from calibd.cli import build_parser
+from calibd.config import Settings
+from calibd.main import create_app
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 KUBERNETES_VERSION = "1.30"

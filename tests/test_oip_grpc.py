@@ -16,11 +16,11 @@ import pytest
 import tritonclient.grpc as triton
 from tritonclient.utils import InferenceServerException
 
-from app import __version__
-from app.config import Settings
-from app.grpc_v2 import DESCRIPTOR_FILE
-from app.storage import keys
-from app.storage.db import make_engine, make_sessionmaker
+from calibd import __version__
+from calibd.config import Settings
+from calibd.grpc_v2 import DESCRIPTOR_FILE
+from calibd.storage import keys
+from calibd.storage.db import make_engine, make_sessionmaker
 
 from .conftest import LiveServer
 from .oip_cases import assert_bit_identical, assert_feedback_joined, calibrate, fit_models, overconfident_binary, overconfident_multiclass
@@ -175,7 +175,7 @@ def test_calibd_serve_grpc_port_with_two_workers(tmp_path):
         env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("CALIBD_")} | {"CALIBD_DATABASE_URL": url}
         log = open(tmp_path / "serve.log", "w")
         process = subprocess.Popen(
-            [PYTHON, "-m", "app.cli", "serve", "--port", str(port), "--grpc-port", str(grpc_port), "--workers", "2"],
+            [PYTHON, "-m", "calibd.cli", "serve", "--port", str(port), "--grpc-port", str(grpc_port), "--workers", "2"],
             cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
         )
         try:

@@ -12,7 +12,7 @@ import time
 import pytest
 import uvicorn
 
-from app.api.inference.keepalive import Pool
+from calibd.api.inference.keepalive import Pool
 
 from .conftest import free_port
 

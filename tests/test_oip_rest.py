@@ -13,7 +13,7 @@ import pytest
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
-from app import __version__
+from calibd import __version__
 
 from .oip_cases import assert_bit_identical, assert_feedback_joined, calibrate, fit_models, overconfident_binary, overconfident_multiclass
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import tritonclient.http as triton
 
-from app.config import PredictorSetting, Settings
+from calibd.config import PredictorSetting, Settings
 
 from .conftest import LiveServer
 from .mlserver_env import MLServer

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from sklearn.calibration import _SigmoidCalibration
 from sklearn.linear_model import LogisticRegression
 
-from app.calibration.platt import PlattCalibrator
-from app.calibration.registry import from_dict
-from app.calibration.temperature import TemperatureCalibrator
+from calibd.calibration.platt import PlattCalibrator
+from calibd.calibration.registry import from_dict
+from calibd.calibration.temperature import TemperatureCalibrator
 
 
 def data(n=2000, seed=0, slope=0.6, bias=-0.4):

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.calibration import CalibrationInputError
-from app.calibration.registry import METHODS
+from calibd.calibration import CalibrationInputError
+from calibd.calibration.registry import METHODS
 
 
 def log_loss(p: np.ndarray, y: np.ndarray) -> float:

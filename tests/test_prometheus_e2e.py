@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 import yaml
 
-from app.config import Settings
+from calibd.config import Settings
 
 from .conftest import REPO, LiveServer, free_port, migrated_database
 

@@ -8,7 +8,7 @@ from sklearn.datasets import load_breast_cancer
 from sklearn.model_selection import train_test_split
 from sklearn.naive_bayes import GaussianNB
 
-from app.metrics import ece
+from calibd.metrics import ece
 
 
 @pytest.fixture(scope="module")

@@ -8,10 +8,10 @@ import httpx
 import numpy as np
 import pytest
 
-from app.config import Settings
-from app.metrics import ece, log_loss
-from app.monitoring.recalibration import compare_log_loss
-from app.storage import recalibration as loop_store
+from calibd.config import Settings
+from calibd.metrics import ece, log_loss
+from calibd.monitoring.recalibration import compare_log_loss
+from calibd.storage import recalibration as loop_store
 
 from .conftest import LiveServer
 

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 from sqlalchemy import text
 
-from app.calibration import get_method
-from app.config import Settings
-from app.metrics import log_loss
+from calibd.calibration import get_method
+from calibd.config import Settings
+from calibd.metrics import log_loss
 
 from .conftest import LiveServer
 from .test_api_feedback import wait_logged
@@ -262,7 +262,7 @@ def test_feedback_features_for_a_version_without_features_are_refused(client, ro
 
 
 def test_the_columns_a_refit_takes():
-    from app.api.recalibration import feature_columns, fitted_features
+    from calibd.api.recalibration import feature_columns, fitted_features
 
     z, y, features = world(3000, 6)
     multicalibration = get_method("multicalibration").from_options("logit", {"max_rounds": 1})

@@ -27,9 +27,9 @@ from hypothesis import strategies as st
 
 from sqlalchemy import create_engine, text
 
-from app.api.bodies import MAX_JSON_DEPTH, TooDeep, check_depth, nesting_depth
-from app.config import Settings
-from app.main import create_app
+from calibd.api.bodies import MAX_JSON_DEPTH, TooDeep, check_depth, nesting_depth
+from calibd.config import Settings
+from calibd.main import create_app
 
 SCORES = np.linspace(0.05, 0.95, 20).round(4).tolist()
 LABELS = [0, 1] * 10

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.config import Settings
-from app.main import create_app
+from calibd.config import Settings
+from calibd.main import create_app
 
 from .reliability.fuzz import run_fuzz
 from .reliability.harness import CalibdProcess, admin_key

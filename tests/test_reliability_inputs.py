@@ -12,8 +12,8 @@ import logging
 import httpx
 import pytest
 
-from app.api.logs import JsonFormatter
-from app.config import Settings
+from calibd.api.logs import JsonFormatter
+from calibd.config import Settings
 
 from .conftest import LiveServer, migrated_database
 from .reliability.harness import admin_key, fit_body

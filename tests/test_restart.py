@@ -16,7 +16,7 @@ from .conftest import REPO, free_port
 def start(database_url: str, port: int) -> subprocess.Popen:
     env = os.environ | {"CALIBD_DATABASE_URL": database_url}
     process = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--port", str(port)],
+        [sys.executable, "-m", "calibd.cli", "serve", "--port", str(port)],
         cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     deadline = time.monotonic() + 90

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.calibration.base import CalibrationInputError
-from app.calibration.platt import PlattCalibrator
-from app.calibration.scaling_binning import ScalingBinningCalibrator, binned_means, equal_count_edges
+from calibd.calibration.base import CalibrationInputError
+from calibd.calibration.platt import PlattCalibrator
+from calibd.calibration.scaling_binning import ScalingBinningCalibrator, binned_means, equal_count_edges
 
 GRID = np.array([0.001, 0.01, 0.03, 0.07, 0.15, 0.25, 0.35, 0.45, 0.55, 0.65, 0.75, 0.85, 0.93, 0.97, 0.99, 0.999])
 

@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from app.calibration import CalibrationInputError
-from app.monitoring.drift import ParallelDriftTests
-from app.monitoring.segments import OTHER, assign, check_declaration, check_rows, segment_alpha, next_alpha
+from calibd.calibration import CalibrationInputError
+from calibd.monitoring.drift import ParallelDriftTests
+from calibd.monitoring.segments import OTHER, assign, check_declaration, check_rows, segment_alpha, next_alpha
 
 
 def column(*values):

@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pytest
 
-from app.calibration import CalibrationInputError, fit_calibrator, from_dict, get_method
-from app.calibration import _mlp
-from app.calibration.base import sigmoid
-from app.calibration.platt import PlattCalibrator
-from app.calibration.selective import (
+from calibd.calibration import CalibrationInputError, fit_calibrator, from_dict, get_method
+from calibd.calibration import _mlp
+from calibd.calibration.base import sigmoid
+from calibd.calibration.platt import PlattCalibrator
+from calibd.calibration.selective import (
     Baselines,
     RecalibrationData,
     SelectiveCalibrator,
@@ -21,8 +21,8 @@ from app.calibration.selective import (
     recalibration_losses,
     selective_loss,
 )
-from app.calibration.temperature import TemperatureCalibrator
-from app.metrics import ece
+from calibd.calibration.temperature import TemperatureCalibrator
+from calibd.metrics import ece
 
 # Small and quick selector for the tests (the defaults are [64, 64] and 100 epochs).
 FAST = {"hidden": [32, 32], "epochs": 60}
@@ -328,7 +328,7 @@ def test_guard_off_keeps_the_selective_fit_and_says_so(sequential_case):
 
 
 def test_guard_verdict_needs_a_gap_beyond_sampling_noise():
-    from app.calibration.selective import guard_verdict
+    from calibd.calibration.selective import guard_verdict
 
     noise = 0.5 * np.sqrt(15 / 400)
     small_sample = guard_verdict({"ece": 0.05, "n_accepted": 400}, {"ece": 0.02})

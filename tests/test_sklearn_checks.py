@@ -16,7 +16,7 @@ from scipy import sparse
 from sklearn.base import clone
 from sklearn.utils.estimator_checks import check_estimator
 
-from app.calibration import METHODS, CalibrationInputError, NotFittedError
+from calibd.calibration import METHODS, CalibrationInputError, NotFittedError
 
 BINARY_ONLY = [name for name, cls in METHODS.items() if cls.tasks == ("binary",) and name != "angular"]
 

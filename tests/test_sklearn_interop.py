@@ -12,8 +12,8 @@ from sklearn.model_selection import StratifiedKFold, cross_val_score, train_test
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import FunctionTransformer, StandardScaler
 
-from app.calibration import METHODS, from_dict, get_method
-from app.calibration.platt import PlattCalibrator
+from calibd.calibration import METHODS, from_dict, get_method
+from calibd.calibration.platt import PlattCalibrator
 
 
 def test_every_method_clones_with_its_options():

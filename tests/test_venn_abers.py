@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from scipy.optimize import isotonic_regression
 from sklearn.isotonic import IsotonicRegression
 
-from app.calibration.base import CalibrationInputError
-from app.calibration.venn_abers import VennAbersCalibrator
+from calibd.calibration.base import CalibrationInputError
+from calibd.calibration.venn_abers import VennAbersCalibrator
 
 
 def isotonic_at(scores, labels, weights, s):

@@ -1,4 +1,4 @@
-"""Reading request bodies: content types, JSON and its nesting (the size limit is app.api.edge's).
+"""Reading request bodies: content types, JSON and its nesting (the size limit is calibd.api.edge's).
 
 Large arrays never pass through per-element pydantic validation: bodies are
 parsed with orjson and their arrays validated as numpy arrays by the core.

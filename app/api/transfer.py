@@ -8,7 +8,7 @@ digest. Exports need no route of their own: they are read from
 
 An import is checked before anything is written: the body is parsed as plain
 JSON (never code), the parameters are rebuilt with
-``app.calibration.from_dict``, their learned state must pass the checks every
+``calibd.calibration.from_dict``, their learned state must pass the checks every
 fit's output passes (``Calibrator.check_state``: finite numbers, thresholds in
 order, probabilities within [0, 1], shapes that agree with each other and with
 the number of classes; a 422 names the field), their method, input and number

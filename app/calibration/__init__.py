@@ -1,6 +1,6 @@
 """Calibration methods: pure numpy/scipy, one module each, registered by name.
 
-    >>> from app.calibration import get_method
+    >>> from calibd.calibration import get_method
     >>> calibrator = get_method("platt")(input="probability").fit(scores, labels)
     >>> calibrator.predict(new_scores)
 """

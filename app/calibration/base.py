@@ -720,7 +720,7 @@ class ArraySpec:
     rows: bool
     required: bool = True
     description: str = ""
-    #: A column-wise object of named categorical and numeric columns (``app.calibration.columns``).
+    #: A column-wise object of named categorical and numeric columns (``calibd.calibration.columns``).
     columns: bool = False
 
 

@@ -100,7 +100,7 @@ def holdout_fingerprint(
         digest.update(np.ascontiguousarray(sample_weight, dtype="<f8"))
     for name in sorted(arrays or {}):
         digest.update(f"{name}{arrays[name].shape}".encode())
-        if hasattr(arrays[name], "digest"):  # named columns (app.calibration.columns)
+        if hasattr(arrays[name], "digest"):  # named columns (calibd.calibration.columns)
             digest.update(arrays[name].digest())
         else:
             digest.update(np.ascontiguousarray(arrays[name], dtype="<f8"))

@@ -2,7 +2,7 @@
 
 Bairaktari & Nguyen, "Sample-efficient multiclass calibration under l_p error"
 (papers/001), Algorithm 2, in a practical form. Notation as in the paper and
-``app.metrics.lp``: f(x) is the input's probability row (softmax for logits),
+``calibd.metrics.lp``: f(x) is the input's probability row (softmax for logits),
 K classes, R(u)_i = floor(lambda u_i) / lambda the rounding, a bin v one
 distinct R(f(x)), and
 
@@ -62,7 +62,7 @@ cells' errors sum to at most 2. Both are computed from the final state and
 reported; b is capped at 1, the most a cell can hold. This is a statement about
 the distribution the holdout was drawn from, not about the holdout itself.
 
-Defaults: p = 2 and lambda = 10, as ``app.metrics.lp``; delta = 0.1; seed = 0.
+Defaults: p = 2 and lambda = 10, as ``calibd.metrics.lp``; delta = 0.1; seed = 0.
 p only sets which epsilon is reported (the loop does not depend on it); p = 1
 is rejected: the bound on Err_1 is the trivial 2.
 """

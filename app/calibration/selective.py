@@ -741,7 +741,7 @@ def rejection_metrics(
     """Coverage, ECE and Brier on the accepted rows, accuracy on accepted and on all rows.
 
     ECE is of the positive class for binary probabilities and top-label for rows
-    (15 equal-width bins, app.metrics.ece); coverage is the unweighted share accepted.
+    (15 equal-width bins, calibd.metrics.ece); coverage is the unweighted share accepted.
     """
     accepted = np.asarray(accepted, dtype=bool)
     kept = accepted & (weights > 0)

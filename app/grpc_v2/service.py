@@ -1,6 +1,6 @@
 """``inference.GRPCInferenceService`` on a second port, in the serving process's own event loop.
 
-The same calibrators, keys and batch step as the REST routes (``app.api.inference.core``): the
+The same calibrators, keys and batch step as the REST routes (``calibd.api.inference.core``): the
 key comes from the ``authorization: Bearer <key>`` metadata; errors map onto gRPC status codes.
 Inputs come as ``raw_input_contents`` (what tritonclient sends) or typed ``contents``; outputs go
 back as ``raw_output_contents``. Prediction ids: an ``ids`` input (BYTES [n]); costs: the

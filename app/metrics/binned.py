@@ -20,7 +20,7 @@ weighted mean prediction there:
     RMSCE (norm l2)  = sqrt(sum_b (W_b / W) (ybar_b - pbar_b)^2)
     MCE   (norm max) = max over non-empty bins of |ybar_b - pbar_b|
 
-The ``target`` (see :mod:`app.metrics.inputs`) says which binary problems:
+The ``target`` (see :mod:`calibd.metrics.inputs`) says which binary problems:
 ``binary``, ``top_label`` (confidence against accuracy, Guo et al. 2017) or
 ``classwise`` (Kull et al. 2019). Over the K classwise problems the values are
 combined by the same norm: the mean (l1), the root mean square (l2), the

@@ -24,7 +24,7 @@ contribute 0 (their mass still counts in n), as in that package. Binnings:
   ``get_binning_ce``, which ``get_calibration_error`` picks when fewer than n/4
   distinct values occur, i.e. for the outputs of a binning calibrator).
 * ``uniform``: calibd's left-closed equal-width bins (see
-  :mod:`app.metrics.binned`); the package's equal-width bins are right-closed,
+  :mod:`calibd.metrics.binned`); the package's equal-width bins are right-closed,
   which differs only for predictions exactly on an edge.
 
 Targets: ``binary``, ``top_label`` (the package's ``mode='top-label'``), and

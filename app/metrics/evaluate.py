@@ -23,7 +23,7 @@ set, :data:`DEFAULT_METRICS` (all of them, less ``spiegelhalter_z`` under a
   into ``__OTHER``;
 * ``multicalibration`` (null: MCGrad's defaults): with ``segments``,
   ``{"max_depth": 3, "max_values": 3, "min_samples": 10, "max_segments": 1000}``
-  of the multicalibration error (``app.metrics.multicalibration``);
+  of the multicalibration error (``calibd.metrics.multicalibration``);
 * ``bootstrap`` (null: no intervals): ``{"n_resamples": 1000, "seed": 0,
   "level": 0.95}``, percentile intervals for every metric (``ci``); its
   ``level`` is also the Wilson level of the diagram (else 0.95).
@@ -342,7 +342,7 @@ def evaluate(
     ``segments`` (a column-wise object of category strings, one per row) adds
     ``segments`` (the metrics per column and value, with counts) and
     ``multicalibration`` (ECCE per segment and the MCE, see
-    ``app.metrics.multicalibration``).
+    ``calibd.metrics.multicalibration``).
     """
     data = prepare(probabilities, labels, sample_weight)
     opts = _check_options(data, options)

@@ -1,7 +1,7 @@
 """Validation of metric inputs, and the binary problems a target reduces to.
 
 Every public metric validates its arrays here, at the boundary, in O(n)
-numpy, and raises :class:`app.calibration.base.CalibrationInputError` with the
+numpy, and raises :class:`calibd.calibration.base.CalibrationInputError` with the
 field (``probabilities``, ``labels``, ``sample_weight``, ``options.<name>``)
 and the index of the first offending element, so that a service can point at
 it (``/probabilities/3/1``).
@@ -43,7 +43,7 @@ import numpy as np
 
 
 def input_error(field: str, detail: str, index: tuple[int, ...] | None = None) -> Exception:
-    """A :class:`app.calibration.base.CalibrationInputError` (imported late: app.calibration
+    """A :class:`calibd.calibration.base.CalibrationInputError` (imported late: calibd.calibration
     imports this package for its fit summaries, so it cannot be imported while this one loads)."""
     from ..calibration.base import CalibrationInputError
 

@@ -1,6 +1,6 @@
 """Reliability-diagram data: per bin the edges, count, mean prediction, observed frequency and a Wilson interval.
 
-Bins are the ECE's (:mod:`app.metrics.binned`: ``uniform`` or ``quantile``,
+Bins are the ECE's (:mod:`calibd.metrics.binned`: ``uniform`` or ``quantile``,
 left-closed [lower, upper), the last one closed so that 1.0 falls in it).
 Every bin is listed, empty ones with ``count`` 0 and nulls, so a diagram has
 a fixed set of bars. For bin b:

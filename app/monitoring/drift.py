@@ -117,7 +117,7 @@ from typing import Any
 import numpy as np
 from scipy.special import expit, logsumexp
 
-from app.calibration.base import EPS, CalibrationInputError, as_float_array
+from calibd.calibration.base import EPS, CalibrationInputError, as_float_array
 
 __all__ = ["DriftResult", "DriftTest", "ParallelDriftResult", "ParallelDriftTests"]
 

@@ -21,7 +21,7 @@ from ..metrics.scores import LOG_LOSS_EPS
 
 
 def row_log_loss(probabilities: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """-log of the probability given to the observed label, per row (clipped as app.metrics.log_loss)."""
+    """-log of the probability given to the observed label, per row (clipped as calibd.metrics.log_loss)."""
     if probabilities.ndim == 1:
         picked = np.where(labels == 1, probabilities, 1.0 - probabilities)
     else:

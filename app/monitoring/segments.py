@@ -24,7 +24,7 @@ segment tests. Segment test j alarms when its e-process M_j reaches
     alpha_j = alpha / (D (M + 1)).                                         (1)
 
 Each M_j is a nonnegative supermartingale with M_j(0) = 1 under the null that
-segment j's feedback is calibrated (``app.monitoring.drift``: the bets use
+segment j's feedback is calibrated (``calibd.monitoring.drift``: the bets use
 labels of that segment only, each predictable from the past), so Ville's
 inequality gives P(sup_t M_j(t) >= 1/alpha_j) <= alpha_j however many looks.
 The union bound then gives, for every set of segments where the null holds,
@@ -60,8 +60,8 @@ from typing import Any
 
 import numpy as np
 
-from app.calibration.base import CalibrationInputError
-from app.metrics.multicalibration import COLUMN_NAME, MAX_COLUMNS, OTHER, check_segments
+from calibd.calibration.base import CalibrationInputError
+from calibd.metrics.multicalibration import COLUMN_NAME, MAX_COLUMNS, OTHER, check_segments
 
 __all__ = [
     "DEFAULT_MAX_VALUES", "MAX_VALUES", "MAX_VALUE_LENGTH", "OTHER", "assign", "check_declaration", "check_rows",

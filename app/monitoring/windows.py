@@ -12,7 +12,7 @@ replicas, so a window's metrics are a sum of rows read from the database:
     mean_prediction = sum_b (sum p)_b / samples
     positive_rate   = sum_b (sum y)_b / samples        (binary)
 
-These are exactly ``app.metrics``' ECE, Brier and log-loss of the same pairs
+These are exactly ``calibd.metrics``' ECE, Brier and log-loss of the same pairs
 (up to the order of floating-point additions). For multiclass feedback p is
 the top-label confidence and y whether the top label was right (top-label
 ECE); Brier and log-loss are the multiclass ones.

@@ -14,7 +14,7 @@ from sqlalchemy import Engine
 
 def alembic_config(engine: Engine | None = None) -> Config:
     config = Config()
-    config.set_main_option("script_location", str(files("app.migrations")))
+    config.set_main_option("script_location", str(files("calibd.migrations")))
     config.attributes["engine"] = engine
     return config
 

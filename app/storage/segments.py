@@ -2,7 +2,7 @@
 
 Labelled rows with segment values are added, in the feedback transaction, to
 the monitor sums, the count-window rows and the drift test of their segment in
-every declared dimension (``app.monitoring.segments`` says which segment and
+every declared dimension (``calibd.monitoring.segments`` says which segment and
 what share of alpha each test gets). The declaration row is locked while a
 batch is assigned, so that two replicas never track more than ``max_values``
 values of a dimension, nor give out more than alpha.

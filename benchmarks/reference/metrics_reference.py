@@ -39,7 +39,7 @@ import relplot  # noqa: E402
 from netcal.metrics import ECE, MCE  # noqa: E402
 from sklearn.calibration import calibration_curve  # noqa: E402
 
-from app.metrics import debiased_l2_ce, ece, prepare, reliability_diagram, smooth_ece  # noqa: E402
+from calibd.metrics import debiased_l2_ce, ece, prepare, reliability_diagram, smooth_ece  # noqa: E402
 
 SEED = 20260101
 OUT = REPO / "tests" / "fixtures" / "metrics_reference.json"

@@ -110,7 +110,7 @@ class CalibdProcess:
         log.write(f"--- start {self.starts + 1} ---\n")
         log.flush()
         self.process = subprocess.Popen(
-            [PYTHON, "-m", "app.cli", "serve", "--port", str(self.port)],
+            [PYTHON, "-m", "calibd.cli", "serve", "--port", str(self.port)],
             cwd=REPO, env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
         )
         log.close()
@@ -169,7 +169,7 @@ def metric_values(metrics_text: str, name: str, **labels: str) -> dict[str, floa
 
 
 def scalar(url: str, sql: str, **params: Any) -> Any:
-    from app.storage.db import make_engine
+    from calibd.storage.db import make_engine
 
     engine = make_engine(url)
     try:
@@ -180,7 +180,7 @@ def scalar(url: str, sql: str, **params: Any) -> Any:
 
 
 def rows(url: str, sql: str, **params: Any) -> list[tuple]:
-    from app.storage.db import make_engine
+    from calibd.storage.db import make_engine
 
     engine = make_engine(url)
     try:

@@ -231,8 +231,8 @@ def run_crash(database_url: str, workdir: Path, batches: int, kills: int, batch_
 
 def run_outage(workdir: Path, outage_seconds: float, warm_seconds: float = 2.0, after_seconds: float = 2.0) -> dict[str, Any]:
     """Stop a private PostgreSQL during traffic: /calibrate keeps serving, /feedback answers 503 then recovers."""
-    from app.storage import migrate
-    from app.storage.db import make_engine
+    from calibd.storage import migrate
+    from calibd.storage.db import make_engine
 
     workdir.mkdir(parents=True, exist_ok=True)
     key = admin_key()

@@ -2,7 +2,7 @@
 
 The file is either a CSV with a header row naming its columns (``label``, then
 ``score`` or ``score_0`` ... ``score_{K-1}``, optionally ``weight``), a Parquet
-file with the same columns (and a method's extra columns; see ``app.api.tables``), or an
+file with the same columns (and a method's extra columns; see ``calibd.api.tables``), or an
 ``.npz`` archive whose keys use the JSON names (``scores``, ``labels``,
 ``sample_weight``, ``classes``, and a method's extra arrays). Archives are read
 with ``allow_pickle=False``: an upload can never run code.

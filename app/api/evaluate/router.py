@@ -1,7 +1,7 @@
 """/evaluate: calibration metrics of given probabilities and labels. Stores nothing.
 
 Parsed by hand with orjson, like /calibrate: the arrays go to
-``app.metrics.evaluate`` as parsed lists and are validated there as numpy
+``calibd.metrics.evaluate`` as parsed lists and are validated there as numpy
 arrays, so a bad element comes back as a 422 pointing at it
 (``/probabilities/3/1``, ``/labels/7``, ``/options/n_bins``, ``/metrics/2``,
 ``/segments/country/5``).

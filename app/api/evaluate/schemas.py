@@ -1,7 +1,7 @@
 """Request and response shapes of /evaluate (documentation: the route parses the body by hand).
 
 Arrays are typed loosely (``list[Any]``) so that nothing validates them per
-element; ``app.metrics`` validates them as numpy arrays and points at the
+element; ``calibd.metrics`` validates them as numpy arrays and points at the
 first bad element. Their documented schema still says what goes in them.
 """
 
