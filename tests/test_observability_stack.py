@@ -245,7 +245,9 @@ def test_the_dockerfile_installs_the_package_and_serves_as_a_non_root_user_with_
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     package_dirs = pyproject["tool"]["setuptools"].get("package-dir", {})
     for package in pyproject["tool"]["setuptools"]["packages"]:
-        directory = package_dirs.get(package, package.replace(".", "/"))
+        # setuptools maps a package through its longest listed prefix (calibd -> app, calibd.migrations -> migrations)
+        prefix = max((p for p in package_dirs if package == p or package.startswith(p + ".")), key=len, default=None)
+        directory = package.replace(".", "/") if prefix is None else package_dirs[prefix] + package[len(prefix):].replace(".", "/")
         assert directory.split("/")[0] in copied, f"package {package} ({directory}) is not copied into the image"
     assert pyproject["project"]["readme"] in copied
     assert "setup.py" in copied  # it builds the compiled kernels
