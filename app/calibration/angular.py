@@ -110,7 +110,10 @@ import numpy as np
 from scipy.linalg import LinAlgError, cholesky, solve_triangular
 from scipy.special import ndtr
 
-from .base import ArraySpec, CalibrationInputError, Calibrator, sigmoid
+from ..inputs import CalibrationInputError
+from .base import Calibrator
+from .scales import sigmoid
+from .validation import ArraySpec
 
 DEFAULT_MAX_DIMENSION = 5000
 #: The largest ``max_dimension`` an option may set.

@@ -44,7 +44,9 @@ import numpy as np
 
 from ..metrics import log_loss
 from ._mlp import single_threaded_blas
-from .base import ArraySpec, Calibrator, CalibrationInputError, n_classes_of
+from ..inputs import CalibrationInputError
+from .base import Calibrator
+from .validation import ArraySpec, n_classes_of
 from .crossfit import OutOfFold, fit_fold, stratified_folds
 from .linear import _LinearCalibrator
 

@@ -116,14 +116,9 @@ import numpy as np
 from scipy.linalg import get_lapack_funcs
 from scipy.special import comb
 
-from .base import (
-    Calibrator,
-    CalibrationInputError,
-    as_float_array,
-    check_holdout,
-    check_sample_weight,
-    encode_labels,
-)
+from ..inputs import CalibrationInputError, as_float_array, check_sample_weight
+from .base import Calibrator
+from .validation import check_holdout, encode_labels
 from .crossfit import stratified_folds
 from .isotonic import _interp_by_ratio
 

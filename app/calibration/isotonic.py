@@ -47,7 +47,9 @@ except ImportError:  # pragma: no cover - another SciPy layout
 
 from . import kernels
 from ._fastpath import quick_list
-from .base import Calibrator, CalibrationInputError, check_min_probability, keep_off_edges, state_array
+from ..inputs import CalibrationInputError
+from .base import Calibrator
+from .validation import check_min_probability, keep_off_edges, state_array
 
 
 def pool_ties(

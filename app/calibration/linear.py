@@ -108,7 +108,9 @@ from ._multiclass import (
     row_blocks,
     softmax,
 )
-from .base import Calibrator, CalibrationInputError, state_array, state_number
+from ..inputs import CalibrationInputError
+from .base import Calibrator
+from .validation import state_array, state_number
 
 #: The largest K the full K x K variants accept.
 MAX_FULL_CLASSES = 200

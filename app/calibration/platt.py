@@ -11,7 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 from ._logistic import fit_logistic
-from .base import Calibrator, CalibrationInputError, sigmoid, state_number, to_logit
+from ..inputs import CalibrationInputError
+from .base import Calibrator
+from .scales import sigmoid, to_logit
+from .validation import state_number
 
 
 class PlattCalibrator(Calibrator):

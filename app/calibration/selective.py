@@ -104,7 +104,10 @@ import numpy as np
 from ..metrics import brier, ece
 from . import _mlp
 from ._multiclass import MAX_TEMPERATURE, MIN_TEMPERATURE, as_logits
-from .base import ArraySpec, CalibrationInputError, Calibrator, sigmoid, to_logit
+from ..inputs import CalibrationInputError
+from .base import Calibrator
+from .scales import sigmoid, to_logit
+from .validation import ArraySpec
 from .crossfit import CROSS_FIT_SEED, CROSS_FIT_SPLITS, stratified_folds
 from .platt import PlattCalibrator
 from .temperature import TemperatureCalibrator

@@ -35,7 +35,10 @@ from . import kernels
 from ._fastpath import plain_array, quick_extremes
 from ._logistic import fit_logistic
 from ._multiclass import MAX_TEMPERATURE, MIN_TEMPERATURE, as_logits, fit_inverse_temperature, softmax
-from .base import Calibrator, CalibrationInputError, sigmoid, state_number, to_logit
+from ..inputs import CalibrationInputError
+from .base import Calibrator
+from .scales import sigmoid, to_logit
+from .validation import state_number
 
 
 class TemperatureCalibrator(Calibrator):
