@@ -5,20 +5,17 @@ from __future__ import annotations
 import asyncio
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from fastapi import Request
+from prometheus_client import CollectorRegistry
+from sqlalchemy import Engine
 
-if TYPE_CHECKING:  # annotations only: importing these here would be circular
-    from prometheus_client import CollectorRegistry
-    from sqlalchemy import Engine
-
-    from ..config import Settings
-    from ..storage.cache import CalibratorStore
-    from ..storage.keys import KeyRing
-    from ..storage.prediction_log import PredictionLog
-    from ..storage.repository import Sessions
-    from .calibrators.fit_pool import FitPool
+from ..config import Settings
+from ..storage.cache import CalibratorStore
+from ..storage.keys import KeyRing
+from ..storage.prediction_log import PredictionLog
+from ..storage.repository import Sessions
+from ..workers.pool import FitPool
 
 
 @dataclass

@@ -1,295 +1,60 @@
-"""Fits run in worker processes, so that a large fit never stalls /calibrate.
+"""The pool of fit worker processes.
 
-The main process only reads the request body; parsing, validation, fitting
-and the cross-fitted summary all happen in a worker process at lower CPU
-priority (SCHED_IDLE on Linux, else ``nice``), which returns plain data: the stored parameters and
-summary, or the problem to answer with. A fit that runs past
-CALIBD_FIT_TIMEOUT_SECONDS is killed with its worker, which is replaced; so
-is a worker that dies (out of memory, say), without taking the service down.
+Fits run in worker processes (spawned, at idle CPU priority, one BLAS thread each), so that
+a long fit neither holds the serving process's GIL nor delays /calibrate. A fit that runs past
+its time is stopped by killing its worker; a crashed worker is replaced. The job a worker runs
+is the pool's ``task``; asynchronous jobs report progress through ``worker_progress``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import gc
-import glob
-import logging
 import multiprocessing
 import os
-import shutil
 import signal
-import stat
-import tempfile
 import threading
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from ...calibration import CalibrationInputError, fit_calibrator
-from ..bodies import check_depth, parse_json_object
-from ..problems import Problem, input_error
-from ..validation import validate
-from ...monitoring.segments import check_declaration
-from .schemas import FitRequest
-from .upload import parse_arrow_fit, parse_upload
+from .spool import sweep_spool
 
 
-@dataclass(frozen=True)
-class FitJob:
-    """What a worker needs: the raw JSON body (in memory, or spooled to ``body_file``), or an
-    upload's fields and file."""
+class PoolError(Exception):
+    """The pool could not finish a job: it ran past its time, or its worker died.
 
-    body: bytes | None = None
-    #: A spooled JSON body (``spool_json_body``); the worker reads it, ``discard_spool`` removes it.
-    body_file: str | None = None
-    fields: dict[str, str] | None = None
-    #: An upload's file: its bytes, or the path of a spooled Parquet file (``spool_upload``).
-    file: bytes | str | None = None
-    #: "arrow": the body is an Arrow IPC stream, and ``fields`` the fit's query parameters.
-    table: str | None = None
-    max_samples: int | None = None
-    #: Set for asynchronous fits: the worker reports progress under this id.
-    job_id: str | None = None
+    ``retry_after``: seconds after which the same job may succeed (None: not by waiting)."""
 
-    def check_depth(self) -> None:
-        """Refuse JSON nested too deep (400) now, not in the worker: an asynchronous fit is
-        checked before it is accepted. A scan of the raw text, far cheaper than parsing."""
-        if self.table is None and self.body is not None:
-            check_depth(self.body)
-        elif self.table is None and self.body_file is not None:
-            check_depth(np.fromfile(self.body_file, dtype=np.uint8))
-        if self.fields and "options" in self.fields:
-            check_depth(self.fields["options"].encode(errors="surrogatepass"))
-
-    def discard_spool(self) -> None:
-        for path in (self.body_file, self.file if isinstance(self.file, str) else None):
-            if path is not None:
-                release_spool(path)
-
-
-logger = logging.getLogger("calibd")
-
-#: JSON bodies at least this large are spooled to a file as they arrive, not held in memory.
-SPOOL_MIN_BYTES = 1 << 20
-#: RAM-backed where the system has it (Linux), so that spooling costs no disk I/O.
-_SPOOL_DIR = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-#: Every spool file's name starts with this; ``sweep_spool`` removes only such files.
-SPOOL_PREFIX = "calibd-fit-"
-#: The lock of each spool file this process holds, by path (see ``new_spool``).
-_held: dict[str, int] = {}
-
-
-def new_spool(suffix: str, directory: str | None = None) -> tuple[int, str]:
-    """A new spool file: (a descriptor to write it through, its path).
-
-    The file is locked (``flock``, on a descriptor of its own) from before its first
-    byte until ``release_spool``: a lock dies with its process, so a file whose lock
-    can be taken belongs to no live process, and ``sweep_spool`` may remove it. The
-    lock is taken blocking: a starting process's sweep may hold it for a moment.
-    """
-    fd, path = tempfile.mkstemp(prefix=SPOOL_PREFIX, suffix=suffix, dir=directory or _SPOOL_DIR)
-    lock = os.open(path, os.O_RDONLY)
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    _held[path] = lock
-    return fd, path
-
-
-def release_spool(path: str) -> None:
-    """Remove a spool file, then let go of its lock."""
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    lock = _held.pop(path, None)
-    if lock is not None:
-        os.close(lock)
-
-
-def sweep_spool(directory: str | None = None) -> list[str]:
-    """Remove the spool files that processes killed mid-fit left behind (kill -9, out of
-    memory), at start. Returns the paths removed.
-
-    Only files named ``calibd-fit-*`` are looked at, and only those whose lock can be
-    taken are removed: every live process holds the lock of each file it uses. A file
-    created a moment ago is empty until its creator holds the lock (it writes only
-    after), so an empty file is left alone for a minute.
-    """
-    removed = []
-    for path in glob.glob(os.path.join(glob.escape(directory or _SPOOL_DIR or tempfile.gettempdir()), SPOOL_PREFIX + "*")):
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:  # gone, another user's, or a symbolic link
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode) or (info.st_size == 0 and time.time() - info.st_mtime < 60):
-                continue
-            os.unlink(path)
-            removed.append(path)
-        except OSError:  # BlockingIOError: a live process holds it
-            continue
-        finally:
-            os.close(fd)
-    if removed:
-        logger.info("removed %d spool files left by stopped processes: %s", len(removed), ", ".join(removed))
-    return removed
-
-
-async def spool_json_body(
-    chunks: AsyncIterator[bytes], length: int | None, max_samples: int | None, directory: str | None = None
-) -> FitJob:
-    """A FitJob for a JSON body read from ``chunks``, the request's ``length`` bytes.
-
-    A large body is written to a file chunk by chunk (each write lets go of the GIL),
-    and the worker reads it there: the serving process neither joins it into one 20 MB
-    bytes object nor copies that through the process pool's pipe, each a copy that holds
-    the GIL for milliseconds while /calibrate requests wait. Smaller bodies, and bodies
-    the spool has no room for, are read into memory.
-    """
-    if length is None or length < SPOOL_MIN_BYTES or not _spool_has_room(length, directory):
-        return FitJob(body=b"".join([chunk async for chunk in chunks]), max_samples=max_samples)
-    fd, path = new_spool(".json", directory)
-    held: list[bytes] = []  # what the spool had no room for after all (another process filled it)
-    try:
-        async for chunk in chunks:
-            if held:
-                held.append(chunk)
-                continue
-            try:
-                view = memoryview(chunk)
-                while view:
-                    view = view[os.write(fd, view):]
-            except OSError:
-                held = [_read_back(fd), bytes(view)]
-    except BaseException:
-        os.close(fd)
-        release_spool(path)
-        raise
-    os.close(fd)
-    if held:
-        release_spool(path)
-        return FitJob(body=b"".join(held), max_samples=max_samples)
-    return FitJob(body_file=path, max_samples=max_samples)
-
-
-async def spool_upload(upload: Any, directory: str | None = None) -> str | None:
-    """Copy an uploaded file (a starlette ``UploadFile``, already spooled by the form parser)
-    to the spool, for the worker to map as it is; None: small, or no room (keep it in memory)."""
-    size = upload.size
-    if size is None or size < SPOOL_MIN_BYTES or not _spool_has_room(size, directory):
-        return None
-
-    def copy() -> str | None:
-        fd, path = new_spool(".upload", directory)
-        try:
-            with os.fdopen(fd, "wb") as out:
-                upload.file.seek(0)
-                shutil.copyfileobj(upload.file, out, 1 << 20)
-        except OSError:
-            release_spool(path)
-            return None
-        except BaseException:
-            release_spool(path)
-            raise
-        return path
-
-    return await asyncio.to_thread(copy)
-
-
-def _spool_has_room(length: int, directory: str | None = None) -> bool:
-    try:
-        space = os.statvfs(directory or _SPOOL_DIR or tempfile.gettempdir())
-    except OSError:
-        return False
-    return space.f_bavail * space.f_frsize > 2 * length
-
-
-def _read_back(fd: int) -> bytes:
-    size = os.lseek(fd, 0, os.SEEK_CUR)
-    return os.pread(fd, size, 0)
+    def __init__(self, detail: str, retry_after: int | None = None):
+        super().__init__(detail)
+        self.detail = detail
+        self.retry_after = retry_after
 
 
 # In a worker process: where progress reports go (set by the pool's initializer).
 _progress_queue: Any = None
 
 
-def run_fit(job: FitJob, progress: Callable[[float, str], None] | None = None) -> dict[str, Any]:
-    """Parse, validate and fit (in a worker). Returns {"result": ...} or {"problem": ...}."""
-    if progress is None and job.job_id is not None and _progress_queue is not None:
-        queue = _progress_queue
+def worker_progress(job_id: str | None) -> Callable[[float, str], None] | None:
+    """In a worker: a function that reports ``(fraction, stage)`` of job ``job_id`` to the pool
+    (None for a job without id, or outside a worker)."""
+    if job_id is None or _progress_queue is None:
+        return None
+    queue = _progress_queue
 
-        def progress(fraction: float, stage: str) -> None:
-            queue.put((job.job_id, fraction, stage))
+    def progress(fraction: float, stage: str) -> None:
+        queue.put((job_id, fraction, stage))
 
-    try:
-        fit, holdout, to_problem = _parse(job)
-        scores, labels, sample_weight, classes = (
-            holdout.pop(key, None) for key in ("scores", "labels", "sample_weight", "classes")
-        )
-        started = time.perf_counter()
-        segments = getattr(fit, "segments", None)
-        if segments is not None:
-            try:
-                segments = check_declaration(segments)
-            except CalibrationInputError as error:
-                raise input_error(error, ()) from None
-        try:
-            result = fit_calibrator(
-                fit.method, fit.input, fit.options, scores, labels, sample_weight,
-                classes=classes, arrays=holdout, max_samples=job.max_samples, progress=progress,
-            )
-        except CalibrationInputError as error:
-            raise to_problem(error) from None
-        return {
-            "result": {
-                "name": fit.name,
-                "method": fit.method,
-                "input_kind": fit.input,
-                "promote": fit.promote,
-                "n_classes": result.calibrator.n_classes_,
-                "classes": result.classes,
-                "parameters": result.calibrator.to_dict(),
-                "summary": result.summary,
-                "holdout_sha256": result.holdout_sha256,
-                "n_samples": result.n_samples,
-                "fit_seconds": result.fit_seconds,
-                "segments": segments,
-                "predictor": None if getattr(fit, "predictor", None) is None else fit.predictor.model_dump(),
-                "elapsed_seconds": time.perf_counter() - started,
-            }
-        }
-    except Problem as problem:
-        return {"problem": {"status": problem.status, "detail": problem.detail, "errors": problem.errors}}
-
-
-def _parse(job: FitJob) -> tuple[FitRequest, dict[str, Any], Callable[[CalibrationInputError], Problem]]:
-    """The fit request, its holdout arrays, and where a core error points, for each form of body."""
-    if job.table == "arrow":
-        return parse_arrow_fit(job.fields or {}, job.body_file or job.body or b"")
-    body = job.body
-    if job.body_file is not None:
-        with open(job.body_file, "rb") as spooled:
-            body = spooled.read()
-    if body is None:
-        return parse_upload(job.fields or {}, job.file or b"")
-    fit = validate(FitRequest, parse_json_object(body))
-    holdout = {key: getattr(fit.holdout, key) for key in ("scores", "labels", "sample_weight", "classes")}
-    holdout |= fit.holdout.model_extra or {}
-    return fit, holdout, lambda error: input_error(error, ("holdout",))
+    return progress
 
 
 def _ready() -> bool:
     return True
 
 
-def _init_worker(progress_queue: Any = None) -> None:
+def init_worker(progress_queue: Any = None) -> None:
     """Run fits at lower CPU priority, report progress to ``progress_queue``, and die with
     the serving process (Linux)."""
     global _progress_queue
@@ -301,7 +66,7 @@ def _init_worker(progress_queue: Any = None) -> None:
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(1)
-    _lower_priority()
+    lower_priority()
     try:
         import ctypes
 
@@ -315,7 +80,7 @@ def _init_worker(progress_queue: Any = None) -> None:
         os._exit(0)
 
 
-def _lower_priority() -> None:
+def lower_priority() -> None:
     """Let fits use only CPU time that serving does not want.
 
     SCHED_IDLE (Linux) runs the worker only when no normal task is runnable, so a
@@ -336,8 +101,17 @@ def _lower_priority() -> None:
 class FitPool:
     """A pool of fit worker processes. ``workers=0`` fits in a thread of this process instead."""
 
-    def __init__(self, workers: int, timeout_seconds: float, spool_dir: str | None = None):
+    def __init__(
+        self,
+        workers: int,
+        timeout_seconds: float,
+        spool_dir: str | None = None,
+        task: Callable[[Any, Callable[[float, str], None] | None], dict[str, Any]] | None = None,
+    ):
         self.workers = workers
+        #: What a worker runs for each job: ``task(job, progress)`` (a module-level function,
+        #: so that it pickles by name), returning a dict of plain values.
+        self.task = task
         self.timeout_seconds = timeout_seconds
         #: Where large bodies are spooled (None: /dev/shm where writable, else the temporary directory).
         self.spool_dir = spool_dir
@@ -358,7 +132,7 @@ class FitPool:
             context = multiprocessing.get_context("spawn")
             queue = context.Queue()
             self._executor = ProcessPoolExecutor(
-                max_workers=self.workers, mp_context=context, initializer=_init_worker, initargs=(queue,)
+                max_workers=self.workers, mp_context=context, initializer=init_worker, initargs=(queue,)
             )
             self._started = self._executor.submit(_ready)
             self._queue = queue
@@ -377,35 +151,33 @@ class FitPool:
             job_id, fraction, stage = report
             self.progress[job_id] = (fraction, stage)
 
-    async def fit(self, job: FitJob) -> dict[str, Any]:
-        """The fit's result; raises Problem for bad input, a timeout or a crashed worker."""
+    async def fit(self, job: Any) -> dict[str, Any]:
+        """What ``task`` returned for ``job``; raises PoolError for a timeout or a crashed worker."""
         if self.workers == 0:
 
             def progress(fraction: float, stage: str) -> None:
                 if job.job_id is not None:
                     self.progress[job.job_id] = (fraction, stage)
 
-            outcome = await asyncio.wait_for(asyncio.to_thread(run_fit, job, progress), self.timeout_seconds)
+            outcome = await asyncio.wait_for(asyncio.to_thread(self.task, job, progress), self.timeout_seconds)
         else:
             pool = self._pool()
             try:
                 # A worker's start (imports take seconds) does not count against the fit's time.
                 await asyncio.wrap_future(self._started)
-                future = pool.submit(run_fit, job)
+                future = pool.submit(self.task, job, None)
                 outcome = await asyncio.wait_for(asyncio.wrap_future(future), self.timeout_seconds)
             except asyncio.TimeoutError:
                 self._restart()
-                raise Problem(
-                    503, f"the fit took longer than {self.timeout_seconds:g} s (CALIBD_FIT_TIMEOUT_SECONDS) and was stopped"
+                raise PoolError(
+                    f"the fit took longer than {self.timeout_seconds:g} s (CALIBD_FIT_TIMEOUT_SECONDS) and was stopped"
                 ) from None
             except BrokenProcessPool:
                 self._restart()
-                raise Problem(503, "the fit worker stopped unexpectedly (out of memory?); try a smaller holdout",
-                              headers={"Retry-After": "5"}) from None
-        if "problem" in outcome:
-            problem = outcome["problem"]
-            raise Problem(problem["status"], problem["detail"], problem["errors"])
-        return outcome["result"]
+                raise PoolError(
+                    "the fit worker stopped unexpectedly (out of memory?); try a smaller holdout", retry_after=5
+                ) from None
+        return outcome
 
     def _restart(self, wait: bool = False) -> None:
         """Kill the workers (a timed-out fit cannot be cancelled otherwise) and start afresh on next use."""

@@ -19,7 +19,8 @@ from ..tables import ARROW_STREAM, table_body
 from ..state import services
 from ..validation import NamePath, VersionPath, json_response, request_body, validate
 from . import jobs as fit_jobs
-from .fit_pool import FitJob, spool_json_body, spool_upload
+from .fit_job import check_job_depth
+from ...workers.spool import FitJob, spool_json_body, spool_upload
 from .schemas import (
     JobOut,
     CalibratorOut,
@@ -102,7 +103,7 @@ async def create_calibrator(
         raise Problem(415, f"send application/json, multipart/form-data or {ARROW_STREAM}, not {kind}")
     if run_async:
         try:
-            await run_in_threadpool(job.check_depth)
+            await run_in_threadpool(check_job_depth, job)
             info = await fit_jobs.submit(app, job, brief=detail == "brief")
         except BaseException:  # no job to read the spooled body
             job.discard_spool()
