@@ -90,7 +90,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.predictor_client = predictor_client = transformer.make_client(settings)
         grpc_server = None
         if settings.grpc_port is not None:  # the inference protocol over gRPC, in this event loop
-            from .grpc_v2 import service as grpc_service
+            from .api.inference import grpc_service
 
             grpc_server, app.state.grpc_port = await grpc_service.start(
                 app, settings.grpc_host, settings.grpc_port, settings.max_body_bytes
