@@ -195,7 +195,7 @@ def _key_scores(keys: np.ndarray) -> np.ndarray:
     return np.where(keys < 0, keys ^ _NOT_SIGN, keys).view(np.float64)
 
 
-def _interp_by_ratio(scores: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+def interp_by_ratio(scores: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """np.interp as y0 + t (y1 - y0), t = (s - x0) / (x1 - x0) in [0, 1]: no overflow."""
     i = np.clip(np.searchsorted(x, scores, side="right") - 1, 0, x.shape[0] - 2)
     x0, x1, y0, y1 = x[i], x[i + 1], y[i], y[i + 1]
@@ -320,7 +320,7 @@ class _Interpolator:
 
     Large batches go through the grid; small ones straight to numpy's compiled
     interp. Only when some slope overflows (knots subnormal-close) can interp
-    return non-finite values; then those rows are redone by ``_interp_by_ratio``.
+    return non-finite values; then those rows are redone by ``interp_by_ratio``.
     """
 
     __slots__ = ("x", "y", "grid", "safe", "kernel", "nbytes")
@@ -357,7 +357,7 @@ class _Interpolator:
         # are subnormal-close (scores within ~1e-300 of 0): redo those rows.
         bad = ~np.isfinite(p)
         if bad.any():
-            p[bad] = _interp_by_ratio(scores[bad], x, y)
+            p[bad] = interp_by_ratio(scores[bad], x, y)
         return p
 
 

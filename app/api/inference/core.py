@@ -21,10 +21,10 @@ from ...calibration.venn_abers import VennAbersCalibrator
 from ...storage import repository
 from ...storage.cache import LoadedCalibrator
 from ...storage.repository import NotFound
-from ..calibrate.router import _envelope, calibrate_batch
+from ..calibrate.router import calibrate_batch
 from ..problems import Problem
 from ..state import Services
-from ..validation import MAX_VERSION
+from ..validation import MAX_VERSION, check_ids
 from .tensors import FLOATS, TensorError, as_tensor
 
 SERVER_NAME = "calibd"
@@ -150,7 +150,7 @@ async def infer(
             raise TensorError(f"/inputs/{array.name}/datatype", "must be numeric")
         arrays[array.name] = array.value
     if ids is not None:
-        _envelope({"calibrator": name, "scores": None, "ids": ids})  # the ids' checks of /calibrate
+        check_ids(ids)
     loaded, probabilities, extras = await calibrate_batch(app, name, version, scores.value, ids, arrays, costs)
     outputs = [("probabilities", probabilities)]
     outputs += [(key, as_tensor(value)) for key, value in extras.items()]
