@@ -25,7 +25,7 @@ made at all, so the request never left; never after it may have arrived.
 
 from __future__ import annotations
 
-from .api import DEFAULT_URL
+from .api import DEFAULT_URL, EXPORT_FORMAT, EXPORT_FORMAT_VERSION
 from .asynchronous import AsyncClient
 from .errors import BadRequest, CalibdError, Conflict, ConnectionFailed, Forbidden, InvalidInput, NotFound, PayloadTooLarge, ServerError, Unauthorized, Unavailable, UnsupportedMediaType, error_from_problem
 from .results import Calibration, CalibratorVersion, Evaluation, FeedbackReceipt
@@ -42,6 +42,8 @@ __all__ = [
     "Conflict",
     "ConnectionFailed",
     "DEFAULT_URL",
+    "EXPORT_FORMAT",
+    "EXPORT_FORMAT_VERSION",
     "error_from_problem",
     "Evaluation",
     "FeedbackReceipt",
