@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Annotated, Any, TypeVar
 
 import orjson
-from fastapi import Path
+from fastapi import Path, Request
 from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
 
+from .bodies import parse_json_object, require_json
 from .problems import Problem, pointer
 
 Model = TypeVar("Model", bound=BaseModel)
@@ -88,3 +89,14 @@ def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
         return node
 
     return resolve(schema)
+
+
+async def json_body(request: Request) -> dict[str, Any]:
+    """A JSON request's body, an object: 415 for another content type, 400 for malformed JSON."""
+    require_json(request.headers)
+    return parse_json_object(await request.body())
+
+
+async def read_json(request: Request, model: type[Model]) -> Model:
+    """A JSON request's body validated as ``model`` (415, 400, or 422 listing every bad field)."""
+    return validate(model, await json_body(request))

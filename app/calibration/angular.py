@@ -349,7 +349,53 @@ class AngularCalibrator(Calibrator):
     """Angular calibration (Li & Sur): the exact conditional probability of y given u = w_hat'x
     under a Gaussian design, with the angle between w_hat and w* estimated from the training data.
 
-    See the module docstring for the model, the inputs and the options.
+    Parameters
+    ----------
+    input : {"logit"}, default="logit"
+        Scores are the linear classifier's logits u = w_hat'x.
+    ridge : float
+        The ridge penalty lambda w_hat was trained with, in the convention lambda / (2d) ||w||^2
+        beside the mean loss (scikit-learn: ``LogisticRegression(C=d / (n lambda),
+        fit_intercept=False)``). Required, > 0; the option is also accepted as ``lambda``.
+    loss : {"logistic"}, default="logistic"
+        The training loss.
+    link : dict or str, default=None
+        ``{"family": "logistic" | "probit", "scale": a, "offset": b}``, or the family's name;
+        None is logistic, scale 1, offset 0.
+    quadrature_nodes : int, default=40
+        Gauss-Hermite nodes for the logistic link (2 to 200).
+    max_dimension : int, default=5000
+        The largest d accepted (at most 20000): the fit factorises d x d matrices.
+    sign_estimator : {"centered", "paper"}, default="centered"
+        The sign of <w*, w_hat>: sign(sum u_i (y_i - mean y)), or eq. (12) as printed.
+    stationarity_tol : float or None, default=0.1
+        How far from the ridge objective's minimiser w_hat may be (relative gradient norm);
+        None skips the check.
+
+    Attributes
+    ----------
+    theta_ : float
+        The estimated angle between w* and w_hat in the Sigma geometry.
+    w_norm_sigma_ : float
+        ||w_hat||_Sigma.
+    sign_ : int
+        The estimated sign of <w*, w_hat>_Sigma.
+    inner_product_, inner_product_squared_ : float
+        The estimates of <w*, w_hat>_Sigma and its square (eq. 11).
+    diagnostics_ : dict
+        What the fit measured (gamma, stationarity, clipping).
+
+    References
+    ----------
+    Y. Li and P. Sur, "Optimal and provable calibration in high-dimensional binary
+    classification: angular calibration and Platt scaling" (papers/000). The derivation and
+    calibd's correction of the printed gamma: docs/methods/angular.md.
+
+    Examples
+    --------
+    >>> calibrator = AngularCalibrator(ridge=0.1)
+    >>> calibrator.fit(holdout_logits, holdout_labels, X=X_train, y=y_train, w_hat=w_hat, Sigma=Sigma)
+    >>> calibrator.predict(new_logits)
     """
 
     method = "angular"

@@ -139,22 +139,56 @@ def selective_loss(
 class SelectiveCalibrator(Calibrator):
     """Selective recalibration (papers/004): a selector MLP on ``features`` and Platt or temperature.
 
-    Options:
-        beta: target coverage, the share of inputs accepted, in (0, 1] (default 0.8).
-        mode: ``joint`` (default: h trained with the selector), ``refit`` (selector trained with h
-            fixed, then h refitted on the accepted rows) or ``sequential`` (h fixed throughout).
-        hidden: widths of the selector's hidden ReLU layers (default [64, 64]; the paper
-            uses [128, 128] on 1000-2000 rows with GPU training, [64, 64] keeps a fit of a
-            few thousand rows to seconds on a CPU; [] is a logistic-regression selector).
-        epochs: passes over the selector-training rows (default 100).
-        batch_size: rows per Adam step (default 128).
-        learning_rate: Adam's step size (default 0.001).
-        coverage_penalty: lambda, the weight of (beta - mean g)^2 (default 32, as the paper).
-        threshold_fraction: share of the holdout held out of training to set tau (default 0.25).
-        confidence: level of the coverage interval, 1 - delta (default 0.95).
-        seed: seeds the split, the initial weights and the batch order (default 0).
-        guard: fall back to recalibration alone when the cross-fitted summary finds the
-            accepted rows far worse calibrated than recalibration alone (default true).
+    Parameters
+    ----------
+    input : {"probability", "logit"}, default="probability"
+    beta : float, default=0.8
+        Target coverage, the share of inputs accepted, in (0, 1].
+    mode : {"joint", "refit", "sequential"}, default="joint"
+        ``joint``: h trained with the selector; ``refit``: the selector trained with h fixed,
+        then h refitted on the accepted rows; ``sequential``: h fixed throughout.
+    hidden : list of int, default=(64, 64)
+        Widths of the selector's hidden ReLU layers ([] is a logistic-regression selector).
+    epochs : int, default=100
+        Passes over the selector-training rows.
+    batch_size : int, default=128
+        Rows per Adam step.
+    learning_rate : float, default=0.001
+        Adam's step size.
+    coverage_penalty : float, default=32
+        lambda, the weight of (beta - mean g)^2, as the paper.
+    threshold_fraction : float, default=0.25
+        Share of the holdout held out of training to set tau.
+    confidence : float, default=0.95
+        Level of the coverage interval, 1 - delta.
+    seed : int, default=0
+        Seeds the split, the initial weights and the batch order.
+    guard : bool, default=True
+        Fall back to recalibration alone when the cross-fitted summary finds the accepted rows
+        far worse calibrated than recalibration alone.
+
+    Attributes
+    ----------
+    recalibrator_ : Calibrator
+        h: a fitted ``PlattCalibrator`` (binary) or ``TemperatureCalibrator`` (multiclass).
+    selector_ : dict or None
+        The selector MLP's weights (None when beta is 1: every input accepted).
+    threshold_, threshold_logit_ : float
+        tau, and tau on the MLP's output before the sigmoid.
+    coverage_ : dict
+        The coverage estimate on the threshold rows and its Hoeffding interval.
+
+    References
+    ----------
+    A. Zollo, Z. Deng, J. Snell, T. Pitassi and R. Zemel, "Improving predictor reliability with
+    selective recalibration", TMLR 2024 (papers/004). The modes, the guard and the figures
+    behind the defaults: docs/methods/selective.md.
+
+    Examples
+    --------
+    >>> calibrator = SelectiveCalibrator(beta=0.9).fit(scores, labels, features=embeddings)
+    >>> probabilities, extras = calibrator.predict_details(new_scores, features=new_embeddings)
+    >>> extras["accepted"]
     """
 
     method = "selective"

@@ -13,11 +13,11 @@ from starlette.responses import Response
 from ...storage import repository
 from ...storage.repository import CalibratorInfo
 from ..auth import REQUIRE_ADMIN, REQUIRE_READ
-from ..bodies import media_type, parse_json_object, require_json
+from ..bodies import media_type
 from ..problems import Problem
 from ..tables import ARROW_STREAM, table_body
 from ..state import services
-from ..validation import NamePath, VersionPath, json_response, request_body, validate
+from ..validation import NamePath, VersionPath, json_response, read_json, request_body
 from . import jobs as fit_jobs
 from .fit_job import check_job_depth
 from ...workers.spool import FitJob, spool_json_body, spool_upload
@@ -157,8 +157,7 @@ async def get_version(request: Request, name: NamePath, version: VersionPath) ->
     responses={404: {}},
 )
 async def promote(request: Request, name: NamePath) -> Response:
-    require_json(request.headers)
-    body = validate(PromoteRequest, parse_json_object(await request.body()))
+    body = await read_json(request, PromoteRequest)
     app = services(request)
     info = await run_in_threadpool(repository.promote, app.sessions, name, body.version)
     app.store.set_current(info.name, info.uid, info.current_version)
