@@ -7,11 +7,12 @@ import uuid
 from dataclasses import dataclass, field
 
 from fastapi import Request
+from starlette.concurrency import run_in_threadpool
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
 from ..config import Settings
-from ..storage.cache import CalibratorStore
+from ..storage.cache import CalibratorStore, LoadedCalibrator
 from ..storage.keys import KeyRing
 from ..storage.prediction_log import PredictionLog
 from ..storage.repository import Sessions
@@ -38,3 +39,8 @@ class Services:
 
 def services(request: Request) -> Services:
     return request.app.state.services
+
+
+async def resolve_calibrator(services: Services, name: str, version: int | None) -> LoadedCalibrator:
+    """The version to serve, from memory or (once) the database; NotFound and NoCurrentVersion propagate."""
+    return services.store.get(name, version) or await run_in_threadpool(services.store.load, name, version)

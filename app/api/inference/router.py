@@ -23,7 +23,7 @@ from ..auth import authorize, bearer_token, require
 from ..edge import answer_error, asgi_route, read_body, send_json
 from ..health import readiness_problem
 from ..problems import Problem
-from ..state import Services, services
+from ..state import Services, resolve_calibrator, services
 from ..validation import json_response, request_body
 from . import core, transformer
 from .rest_codec import Answer, json_inputs, object_field, read_inputs, request_parameters, respond, split_body
@@ -178,7 +178,7 @@ async def _transform(
 ) -> Answer:
     """Transformer mode: the predictor answers the caller's request, calibd calibrates its output."""
     app = fastapi_app.state.services
-    loaded = await core.resolve(app, name, version)  # an unknown calibrator is a 404 before any forwarding
+    loaded = await resolve_calibrator(app, name, version)  # an unknown calibrator is a 404 before any forwarding
     forwarded = {key: value for key, value in data.items() if key != "outputs"}
     # calibd's own parameters stay here; outputs come back as JSON (calibd encodes its own as asked)
     parameters = {k: v for k, v in object_field(data, "parameters", "").items() if k not in ("ids", "costs", "binary_data_output")}
