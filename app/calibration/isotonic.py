@@ -364,10 +364,30 @@ class _Interpolator:
 class IsotonicCalibrator(Calibrator):
     """Isotonic regression, interpolated between block boundaries.
 
-    Options:
-        min_probability: outputs are kept within [m, 1 - m] (default null:
-            m = 1 / (2 (n + 1)) for n holdout rows; 0: blocks of one class
-            give exactly 0 or 1). See ``keep_off_edges``.
+    Parameters
+    ----------
+    input : {"probability", "logit"}, default="probability"
+        The scale the scores come on.
+    min_probability : float or None, default=None
+        Outputs are kept within [m, 1 - m]: None is m = 1 / (2 (n + 1)) for n holdout rows;
+        0 lets blocks of one class give exactly 0 or 1 (see ``keep_off_edges``).
+
+    Attributes
+    ----------
+    x_thresholds_ : ndarray of shape (n_thresholds,)
+        The block boundaries on the score axis, increasing.
+    y_thresholds_ : ndarray of shape (n_thresholds,)
+        The calibrated probability at each boundary, non-decreasing.
+
+    References
+    ----------
+    B. Zadrozny and C. Elkan, "Transforming classifier scores into accurate multiclass
+    probability estimates", KDD 2002.
+
+    Examples
+    --------
+    >>> calibrator = IsotonicCalibrator().fit(scores, labels)
+    >>> calibrator.predict([0.2, 0.7])
     """
 
     method = "isotonic"

@@ -18,12 +18,32 @@ from .validation import state_number
 
 
 class PlattCalibrator(Calibrator):
-    """Platt scaling.
+    """Platt scaling: p' = sigmoid(A z + B) on the score's logit z.
 
-    Options:
-        smooth_targets: fit to Platt's smoothed targets (N+ + 1)/(N+ + 2) and
-            1/(N- + 2) instead of 0/1, as scikit-learn's sigmoid calibration
-            does; it keeps A finite on separable holdouts.
+    Parameters
+    ----------
+    input : {"probability", "logit"}, default="probability"
+        The scale the scores come on.
+    smooth_targets : bool, default=False
+        Fit to Platt's smoothed targets (N+ + 1)/(N+ + 2) and 1/(N- + 2) instead of 0/1, as
+        scikit-learn's sigmoid calibration does; it keeps A finite on separable holdouts.
+
+    Attributes
+    ----------
+    a_ : float
+        The slope A.
+    b_ : float
+        The offset B.
+
+    References
+    ----------
+    J. Platt, "Probabilistic outputs for support vector machines and comparisons to
+    regularized likelihood methods", 1999.
+
+    Examples
+    --------
+    >>> calibrator = PlattCalibrator().fit(scores, labels)
+    >>> calibrator.predict([0.2, 0.7])
     """
 
     method = "platt"

@@ -42,7 +42,28 @@ from .validation import state_number
 
 
 class TemperatureCalibrator(Calibrator):
-    """Temperature scaling, binary (sigmoid(z/T)) and multiclass (softmax(z/T))."""
+    """Temperature scaling, binary (sigmoid(z/T)) and multiclass (softmax(z/T)).
+
+    Parameters
+    ----------
+    input : {"probability", "logit"}, default="probability"
+        The scale the scores come on: probabilities (rows summing to 1 for multiclass) or logits.
+
+    Attributes
+    ----------
+    temperature_ : float
+        T, fitted by maximum (weighted) likelihood on the holdout.
+
+    References
+    ----------
+    C. Guo, G. Pleiss, Y. Sun and K. Weinberger, "On calibration of modern neural networks",
+    ICML 2017.
+
+    Examples
+    --------
+    >>> calibrator = TemperatureCalibrator(input="logit").fit(logit_rows, labels)
+    >>> calibrator.predict(new_logit_rows)       # rows of K probabilities
+    """
 
     method = "temperature"
     tasks = ("binary", "multiclass")
