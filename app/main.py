@@ -17,7 +17,8 @@ from .api import (
     reports, segments, transfer,
 )
 from .api.edge import Edge
-from .api.calibrators.fit_pool import FitPool
+from .api.calibrators.fit_job import run_fit
+from .workers.pool import FitPool
 from .api.inference import transformer
 from .api.feedback.router import count_joins
 from .api.logs import configure_logging, flush_logs
@@ -82,14 +83,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             prediction_log=prediction_log,
             metrics_registry=make_registry(sessions),
             keyring=keyring,
-            fit_pool=FitPool(settings.fit_workers, settings.fit_timeout_seconds, settings.spool_dir),
+            fit_pool=FitPool(settings.fit_workers, settings.fit_timeout_seconds, settings.spool_dir, task=run_fit),
         )
 
         app.state.services.fit_pool.start()
         app.state.predictor_client = predictor_client = transformer.make_client(settings)
         grpc_server = None
         if settings.grpc_port is not None:  # the inference protocol over gRPC, in this event loop
-            from .grpc_v2 import service as grpc_service
+            from .api.inference import grpc_service
 
             grpc_server, app.state.grpc_port = await grpc_service.start(
                 app, settings.grpc_host, settings.grpc_port, settings.max_body_bytes

@@ -57,7 +57,7 @@ from calibd.calibration.angular import (  # noqa: E402
     platt_equivalent,
     sign_from_holdout,
 )
-from calibd.calibration.base import sigmoid  # noqa: E402
+from calibd.calibration.scales import sigmoid  # noqa: E402
 from calibd.calibration.isotonic import IsotonicCalibrator  # noqa: E402
 from calibd.calibration.platt import PlattCalibrator  # noqa: E402
 from calibd.metrics import ece  # noqa: E402

@@ -26,7 +26,7 @@ from calibd.calibration.angular import (
     quadrature_rule,
     stationarity,
 )
-from calibd.calibration.base import sigmoid
+from calibd.calibration.scales import sigmoid
 
 LINK = {"family": "logistic", "scale": 3.0, "offset": 1.0}
 

@@ -250,14 +250,14 @@ def test_venn_abers_adds_intervals_around_each_probability(client, name):
 
 # -- large JSON bodies are spooled to a file for the fit worker ------------------------------------
 def _spooled_files() -> set[str]:
-    from calibd.api.calibrators.fit_pool import _SPOOL_DIR
+    from calibd.workers.spool import SPOOL_DIR
 
-    folder = _SPOOL_DIR or tempfile.gettempdir()
+    folder = SPOOL_DIR or tempfile.gettempdir()
     return {entry for entry in os.listdir(folder) if entry.startswith("calibd-fit-")}
 
 
 def test_a_large_json_body_fits_as_a_small_one_and_its_spool_is_removed(client, name):
-    from calibd.api.calibrators.fit_pool import SPOOL_MIN_BYTES
+    from calibd.workers.spool import SPOOL_MIN_BYTES
     from calibd.calibration.isotonic import IsotonicCalibrator
 
     data = holdout(n=80_000, seed=7)
@@ -282,7 +282,7 @@ def test_a_large_json_body_fits_as_a_small_one_and_its_spool_is_removed(client, 
 
 
 def test_spool_json_body_spools_large_bodies_and_keeps_small_ones_in_memory():
-    from calibd.api.calibrators.fit_pool import SPOOL_MIN_BYTES, spool_json_body
+    from calibd.workers.spool import SPOOL_MIN_BYTES, spool_json_body
 
     async def chunks(data: bytes, size: int = 65_536):
         for start in range(0, len(data), size):

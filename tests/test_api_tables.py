@@ -176,7 +176,7 @@ def test_an_arrow_fit_without_its_name_points_at_the_field(client):
 
 
 def test_a_large_parquet_upload_is_spooled_for_the_worker_and_the_spool_removed(database_url, name, tmp_path):
-    from calibd.api.calibrators.fit_pool import SPOOL_MIN_BYTES
+    from calibd.workers.spool import SPOOL_MIN_BYTES
 
     rng = np.random.default_rng(11)
     scores = rng.uniform(size=200_000)
@@ -307,7 +307,7 @@ def test_a_feedback_upload_with_an_idempotency_key_is_replayed_and_a_reused_key_
 
 
 def test_a_large_arrow_stream_fits_from_its_spool(client, name):
-    from calibd.api.calibrators.fit_pool import SPOOL_MIN_BYTES
+    from calibd.workers.spool import SPOOL_MIN_BYTES
 
     rng = np.random.default_rng(12)
     scores = rng.uniform(size=150_000)

@@ -122,7 +122,7 @@ def test_every_registered_method_declares_its_name():
 
 
 def test_extra_arrays_are_declared_split_by_fold_and_passed_to_predict():
-    from calibd.calibration.base import ArraySpec
+    from calibd.calibration.validation import ArraySpec
 
     class ByFeature(PlattCalibrator):
         """Predicts the training label rate of rows whose feature has the same sign."""

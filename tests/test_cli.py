@@ -304,14 +304,14 @@ def test_version_and_the_database_commands_still_work(tmp_path):
 
 
 def test_progress_is_a_bar_redrawn_on_a_terminal():
-    from calibd.cli import _Progress
+    from calibd.cli.output import Progress
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
             return True
 
     stream = Terminal()
-    progress = _Progress("holdout.csv", 3 * 1024 * 1024, stream=stream)
+    progress = Progress("holdout.csv", 3 * 1024 * 1024, stream=stream)
     for fraction in (0.25, 0.5, 1.0):
         progress("upload", fraction, None)
     progress("fit", None, None)
@@ -321,7 +321,7 @@ def test_progress_is_a_bar_redrawn_on_a_terminal():
     assert out.count("\n") == 1 and out.endswith("\r\x1b[Kuploaded holdout.csv (3.0 MB) in 0.0 s, fitted in 0.0 s\n")
 
     jobs = Terminal()
-    progress = _Progress("big.csv", 10, stream=jobs)
+    progress = Progress("big.csv", 10, stream=jobs)
     progress("running", 0.4, 12.0)
     progress.finish(ok=True)
     assert "fit job running [##########..............]  40%, about 12 s left" in jobs.getvalue()

@@ -26,7 +26,7 @@ from scipy.optimize import brentq
 from scipy.special import expit, logit
 from scipy.stats import beta
 
-from calibd.calibration.base import CalibrationInputError
+from calibd.inputs import CalibrationInputError
 from calibd.monitoring import DriftResult, DriftTest, ParallelDriftTests
 
 ALPHA = 0.05

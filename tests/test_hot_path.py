@@ -26,7 +26,8 @@ from calibd.api.observability import _observer
 from calibd.calibration import kernels
 from calibd.calibration._logistic import fit_logistic
 from calibd.calibration._multiclass import as_logits, softmax
-from calibd.calibration.base import Calibrator, CalibrationInputError
+from calibd.calibration.base import Calibrator
+from calibd.inputs import CalibrationInputError
 from calibd.calibration.isotonic import IsotonicCalibrator, _GridLookup, _pool_unit_weights, _slopes, pool_ties
 from calibd.calibration.platt import PlattCalibrator
 from calibd.calibration.temperature import TemperatureCalibrator

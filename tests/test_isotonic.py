@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.isotonic import IsotonicRegression
 
-from calibd.calibration.base import CalibrationInputError
+from calibd.inputs import CalibrationInputError
 from calibd.calibration.isotonic import IsotonicCalibrator
 
 

@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 
 from calibd.calibration import kernels
-from calibd.calibration.base import Calibrator, CalibrationInputError
+from calibd.calibration.base import Calibrator
+from calibd.inputs import CalibrationInputError
 from calibd.calibration.isotonic import IsotonicCalibrator, _Interpolator
 from calibd.calibration.temperature import TemperatureCalibrator, _softmax_in_place
 

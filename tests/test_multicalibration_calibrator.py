@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from calibd.calibration import from_dict, get_method
-from calibd.calibration.base import CalibrationInputError
+from calibd.inputs import CalibrationInputError
 from calibd.calibration.columns import check_columns
 from calibd.calibration.multicalibration import MulticalibrationCalibrator, _flatten_trees, _Forest
 from calibd.calibration.platt import PlattCalibrator

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from calibd.calibration.base import CalibrationInputError
+from calibd.inputs import CalibrationInputError
 from calibd.metrics import interval_calibration
 from calibd.metrics.multicalibration import check_options, ecce_p_value, multicalibration_error
 

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from calibd.api.calibrators.fit_pool import SPOOL_MIN_BYTES, new_spool, release_spool, sweep_spool
+from calibd.workers.spool import SPOOL_MIN_BYTES, new_spool, release_spool, sweep_spool
 
 from .reliability.harness import CalibdProcess
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from calibd.calibration.base import CalibrationInputError
+from calibd.inputs import CalibrationInputError
 from calibd.calibration.platt import PlattCalibrator
 from calibd.calibration.scaling_binning import ScalingBinningCalibrator, binned_means, equal_count_edges
 

@@ -9,7 +9,7 @@ import pytest
 
 from calibd.calibration import CalibrationInputError, fit_calibrator, from_dict, get_method
 from calibd.calibration import _mlp
-from calibd.calibration.base import sigmoid
+from calibd.calibration.scales import sigmoid
 from calibd.calibration.platt import PlattCalibrator
 from calibd.calibration.selective import (
     Baselines,

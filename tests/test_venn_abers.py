@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from scipy.optimize import isotonic_regression
 from sklearn.isotonic import IsotonicRegression
 
-from calibd.calibration.base import CalibrationInputError
+from calibd.inputs import CalibrationInputError
 from calibd.calibration.venn_abers import VennAbersCalibrator
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import orjson
 
 from ..calibration._fastpath import LIST_MAX
-from ..calibration.base import boolean_index, may_hold_booleans
+from ..inputs import boolean_index, may_hold_booleans
 from .problems import Problem
 
 

@@ -14,10 +14,9 @@ from ..storage import keys
 from ..storage.keys import KeyInfo, KeyNotFound
 from ..storage.models import utcnow
 from .auth import REQUIRE_ADMIN
-from .bodies import parse_json_object, require_json
 from .problems import Problem
 from .state import services
-from .validation import json_response, request_body, validate
+from .validation import json_response, read_json, request_body
 
 router = APIRouter(tags=["keys"])
 
@@ -65,8 +64,7 @@ def key_out(info: KeyInfo) -> dict:
     responses={201: {"model": CreatedKeyOut}},
 )
 async def create_key(request: Request) -> Response:
-    require_json(request.headers)
-    body = validate(KeyRequest, parse_json_object(await request.body()))
+    body = await read_json(request, KeyRequest)
     app = services(request)
     expires = utcnow() + timedelta(days=body.expires_in_days) if body.expires_in_days else None
     key, info = await run_in_threadpool(keys.create_key, app.sessions, list(body.scopes), expires, body.description)

@@ -39,7 +39,7 @@ from ..storage import repository
 from ..storage.models import utcnow
 from .auth import REQUIRE_ADMIN, REQUIRE_READ
 from .bodies import parse_json_object, require_json
-from .calibrators.fit_pool import FitJob
+from ..workers.spool import FitJob
 from .calibrators.versions import fit_and_store
 from .observability import RECALIBRATION
 from .problems import Problem

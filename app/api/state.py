@@ -5,20 +5,18 @@ from __future__ import annotations
 import asyncio
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from fastapi import Request
+from starlette.concurrency import run_in_threadpool
+from prometheus_client import CollectorRegistry
+from sqlalchemy import Engine
 
-if TYPE_CHECKING:  # annotations only: importing these here would be circular
-    from prometheus_client import CollectorRegistry
-    from sqlalchemy import Engine
-
-    from ..config import Settings
-    from ..storage.cache import CalibratorStore
-    from ..storage.keys import KeyRing
-    from ..storage.prediction_log import PredictionLog
-    from ..storage.repository import Sessions
-    from .calibrators.fit_pool import FitPool
+from ..config import Settings
+from ..storage.cache import CalibratorStore, LoadedCalibrator
+from ..storage.keys import KeyRing
+from ..storage.prediction_log import PredictionLog
+from ..storage.repository import Sessions
+from ..workers.pool import FitPool
 
 
 @dataclass
@@ -41,3 +39,8 @@ class Services:
 
 def services(request: Request) -> Services:
     return request.app.state.services
+
+
+async def resolve_calibrator(services: Services, name: str, version: int | None) -> LoadedCalibrator:
+    """The version to serve, from memory or (once) the database; NotFound and NoCurrentVersion propagate."""
+    return services.store.get(name, version) or await run_in_threadpool(services.store.load, name, version)

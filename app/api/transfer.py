@@ -32,12 +32,11 @@ from starlette.responses import Response
 from ..calibration import CalibrationInputError, Calibrator, from_dict
 from ..storage import repository
 from .auth import REQUIRE_ADMIN
-from .bodies import parse_json_object, require_json
 from .calibrators.versions import version_out
 from .calibrators.schemas import VersionOut
 from .problems import Problem, input_error
 from .state import services
-from .validation import NamePath, json_response, request_body, validate
+from .validation import NamePath, json_response, read_json, request_body
 
 router = APIRouter(tags=["calibrators"])
 
@@ -147,8 +146,7 @@ async def import_calibrator(
     name: NamePath,
     promote: Annotated[bool, Query(description="make the imported version current")] = True,
 ) -> Response:
-    require_json(request.headers)
-    export = validate(ExportedCalibrator, parse_json_object(await request.body()))
+    export = await read_json(request, ExportedCalibrator)
     await run_in_threadpool(_rebuild, export)
     provenance = {
         key: value

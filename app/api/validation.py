@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Annotated, Any, TypeVar
 
 import orjson
-from fastapi import Path
+from fastapi import Path, Request
 from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
 
+from .bodies import parse_json_object, require_json
 from .problems import Problem, pointer
 
 Model = TypeVar("Model", bound=BaseModel)
@@ -16,6 +17,17 @@ Model = TypeVar("Model", bound=BaseModel)
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 #: The largest version number: versions are 32-bit integers in the database.
 MAX_VERSION = 2**31 - 1
+#: The longest prediction id (/calibrate's and /feedback's ``ids``, the inference protocol's).
+MAX_ID_LENGTH = 128
+
+
+def check_ids(ids: Any, at: str = "/ids") -> None:
+    """Prediction ids: a list of non-empty strings of at most MAX_ID_LENGTH characters, without NUL."""
+    if not isinstance(ids, list):
+        raise Problem.invalid(at, "must be a list of strings")
+    for position, value in enumerate(ids):
+        if not isinstance(value, str) or not 0 < len(value) <= MAX_ID_LENGTH or "\x00" in value:
+            raise Problem.invalid(f"{at}/{position}", f"ids are non-empty strings of at most {MAX_ID_LENGTH} characters, without NUL")
 
 #: The path parameters of /calibrators/{name}/...: every resource of a calibrator takes them.
 NamePath = Annotated[str, Path(pattern=NAME_PATTERN)]
@@ -77,3 +89,14 @@ def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
         return node
 
     return resolve(schema)
+
+
+async def json_body(request: Request) -> dict[str, Any]:
+    """A JSON request's body, an object: 415 for another content type, 400 for malformed JSON."""
+    require_json(request.headers)
+    return parse_json_object(await request.body())
+
+
+async def read_json(request: Request, model: type[Model]) -> Model:
+    """A JSON request's body validated as ``model`` (415, 400, or 422 listing every bad field)."""
+    return validate(model, await json_body(request))

@@ -5,7 +5,8 @@
     >>> calibrator.predict(new_scores)
 """
 
-from .base import CalibrationInputError, Calibrator, NotFittedError
+from ..inputs import CalibrationInputError
+from .base import Calibrator, NotFittedError
 from .fitting import FitResult, fit_calibrator
 from .registry import METHODS, from_dict, get_method
 

@@ -24,7 +24,10 @@ from typing import Any, Callable
 import numpy as np
 from scipy.optimize import minimize
 
-from .base import EPS, Calibrator, CalibrationInputError, state_array
+from ..inputs import CalibrationInputError
+from .base import Calibrator
+from .scales import EPS
+from .validation import state_array
 
 
 def as_logits(scores: np.ndarray, input: str) -> np.ndarray:

@@ -1,98 +1,17 @@
 """Angular calibration of a linear classifier trained in high dimensions.
 
-Li & Sur, "Optimal and provable calibration in high-dimensional binary
-classification: angular calibration and Platt scaling" (papers/000).
-
-The model: x ~ N(0, Sigma) in R^d, and P(y = 1 | x) = F(a * w*'x + b) with
-||w*||_Sigma = 1, F the logistic or the probit function (the *link*, with its
-scale a > 0 and offset b). The linear classifier's weights w_hat were fitted
-on n training rows (X, y) by ridge-regularised logistic regression,
-
-    w_hat = argmin_w (1/n) sum_i loss(y_i, x_i'w) + lambda / (2d) ||w||^2,
-
-without an intercept. Given u = w_hat'x (a logit), w*'x is Gaussian with mean
-cos(theta) u / ||w_hat||_Sigma and variance sin(theta)^2, where theta is the
-angle between w* and w_hat in the Sigma geometry. So the calibrated
-probability is exactly (eq. 3 of the paper, with the link's scale and offset)
+Li & Sur, "Optimal and provable calibration in high-dimensional binary classification: angular
+calibration and Platt scaling" (papers/000). For x ~ N(0, Sigma) and P(y = 1 | x) = F(a w*'x + b),
+a ridge-regularised logistic regression's weights w_hat, and u = w_hat'x, the calibrated
+probability is exactly (eq. 3)
 
     f(u) = E_Z[ F(a (cos(theta) u / ||w_hat||_Sigma + sin(theta) Z) + b) ],  Z ~ N(0, 1),
 
-computed by Gauss-Hermite quadrature (``quadrature_nodes`` nodes; for a steep
-link, a sin(theta) above about 2.9 at 40 nodes, the trapezoid rule instead,
-see ``quadrature_rule``; both to about 1e-6), or in closed form for the probit
-link: Phi((a cos(theta) s + b) / sqrt(1 + a^2 sin(theta)^2)).
-
-The angle is estimated from the training data, which is why the fit needs
-more than the holdout (eqs. 11-13 of the paper):
-
-* <w*, w_hat>_Sigma^2 by the observable estimator of Bellec (2022), eq. (11):
-  with t = X w_hat, psi = -loss'(t) (= y - sigmoid(t)), D = diag(loss''(t)),
-  H = (X'DX + n lambda/d I)^-1, v = Tr(D - D X H X'D) / n, r^2 = ||psi||^2 / n
-  and gamma below,
-
-      a2 = ( v/n ||t - gamma psi||^2 + psi't/n - gamma r^2 )^2
-           / ( ||Sigma^-1/2 X'psi||^2 / n^2 + 2v/n psi't + v^2/n ||t - gamma psi||^2 - d/n r^2 ).
-
-* gamma: the paper prints gamma = Tr(X H X'D). That is off by a factor of
-  n v: gamma must be the leave-one-out factor in x_i'w_hat = x_i'w_hat(-i) +
-  gamma psi_i, that is x_i'H(-i)x_i, which is O(1). By Sherman-Morrison,
-  [X H X']_ii = gamma_i / (1 + D_i gamma_i) with gamma_i = x_i'H(-i)x_i, so
-  with gamma_i ~ gamma for every i (they concentrate),
-
-      Tr(X H X'D)      = sum_i D_i gamma / (1 + D_i gamma),
-      Tr(D - D X H X'D) = sum_i D_i / (1 + D_i gamma),
-
-  and their ratio is exactly gamma. Hence ``corrected_gamma`` =
-  Tr(X H X'D) / Tr(D - D X H X'D). (This also makes v = (1/n) sum_i
-  D_i / (1 + gamma D_i), the average derivative of psi with respect to the
-  leave-one-out logit, which is the role v plays in the estimator.) With the
-  printed gamma the estimate comes out in the thousands against a true value
-  near 0.2; tests/test_angular.py checks both.
-* the sign of <w*, w_hat>_Sigma from the labelled holdout (eq. 12):
-  sign(sum_i u_i y_i), with 0/1 labels; or, with ``sign_estimator="centered"``,
-  sign(sum_i u_i (y_i - mean y)), which errs far less often (``sign_from_holdout``).
-* theta = arccos(clip(sign sqrt(a2) / ||w_hat||_Sigma, -1, 1)) (eq. 13). An
-  estimate a2 outside [0, ||w_hat||_Sigma^2] (or undefined: a denominator <= 0)
-  is clipped into it, and ``fit_info`` says ``clipped``; a2 <= 0, or a holdout
-  with no sign evidence at all, gives theta = pi/2, the chance predictor
-  E[F(a Z + b)], which is calibrated though uninformative.
-
-Only the sign depends on the holdout, so the expensive part (O(min(n, d)^2
-max(n, d) + d^3)) is cached by the content of the training arrays: the five
-cross-fitting refits of a service fit reuse it.
-
-Inputs (``fit_arrays``, none aligned with the holdout rows):
-    X (n, d), y (n,) 0/1 (or -1/+1, converted), w_hat (d,), and exactly one of
-    Sigma (d, d) or X_unlabeled (m, d), m >= d, whose second-moment matrix
-    X_unlabeled'X_unlabeled / m estimates Sigma (x is taken to have mean 0).
-
-Options:
-    lambda: the ridge penalty w_hat was trained with, in the paper's
-        convention g(w) = lambda / (2d) ||w||^2 beside the *mean* loss
-        (scikit-learn: LogisticRegression(C = d / (n lambda),
-        fit_intercept=False)). Required, > 0. ``lambda`` is a Python keyword,
-        so the constructor argument is ``ridge``; the option is accepted under
-        both names, and stored as ``ridge``.
-    loss: the training loss; "logistic" (the only one implemented).
-    link: {"family": "logistic" | "probit", "scale": a, "offset": b} (or just
-        the family's name); default logistic, scale 1, offset 0.
-    quadrature_nodes: Gauss-Hermite nodes for the logistic link (default 40;
-        from 2 to 200). More nodes extend the range of a sin(theta) that
-        Gauss-Hermite covers before the trapezoid rule takes over.
-    max_dimension: the largest d accepted (default 5000; at most 20000). The
-        fit holds d x d matrices and factorises them in O(d^3).
-    sign_estimator: "centered" (default): sign(sum_i u_i (y_i - mean y)), the
-        same in expectation as eq. (12) with less noise when the classes are
-        unbalanced (see ``sign_from_holdout``); "paper": eq. (12) as printed,
-        sign(sum_i u_i y_i).
-    stationarity_tol: w_hat must be the minimiser of the objective above:
-        the norm of the objective's gradient at w_hat, relative to the norm of
-        its two terms, must not exceed this (default 0.1; null skips the check).
-        The estimator is sensitive to it: a lambda 20% off, or a solver stopped
-        early, gives a meaningless angle. Fit w_hat to a tight tolerance: at
-        section 7.1's size, scikit-learn's default tol=1e-4 stops at 0.085
-        (a2 off by about 0.013), tol=1e-6 at 0.001; ``fit_ridge_logistic``
-        here reaches machine precision.
+by Gauss-Hermite quadrature (or the trapezoid rule for a steep link; closed form for probit),
+where theta, the angle between w* and w_hat in the Sigma geometry, is estimated from the
+training data (Bellec's estimator, eqs. 11-13; the sign from the holdout). Inputs (``fit_arrays``):
+X, y, w_hat, and Sigma or X_unlabeled. Options: see ``AngularCalibrator``. The derivation, the
+correction to the printed gamma, and the sensitivity to w_hat's stationarity: docs/methods/angular.md.
 """
 
 from __future__ import annotations
@@ -110,7 +29,10 @@ import numpy as np
 from scipy.linalg import LinAlgError, cholesky, solve_triangular
 from scipy.special import ndtr
 
-from .base import ArraySpec, CalibrationInputError, Calibrator, sigmoid
+from ..inputs import CalibrationInputError
+from .base import Calibrator
+from .scales import sigmoid
+from .validation import ArraySpec
 
 DEFAULT_MAX_DIMENSION = 5000
 #: The largest ``max_dimension`` an option may set.
@@ -427,7 +349,53 @@ class AngularCalibrator(Calibrator):
     """Angular calibration (Li & Sur): the exact conditional probability of y given u = w_hat'x
     under a Gaussian design, with the angle between w_hat and w* estimated from the training data.
 
-    See the module docstring for the model, the inputs and the options.
+    Parameters
+    ----------
+    input : {"logit"}, default="logit"
+        Scores are the linear classifier's logits u = w_hat'x.
+    ridge : float
+        The ridge penalty lambda w_hat was trained with, in the convention lambda / (2d) ||w||^2
+        beside the mean loss (scikit-learn: ``LogisticRegression(C=d / (n lambda),
+        fit_intercept=False)``). Required, > 0; the option is also accepted as ``lambda``.
+    loss : {"logistic"}, default="logistic"
+        The training loss.
+    link : dict or str, default=None
+        ``{"family": "logistic" | "probit", "scale": a, "offset": b}``, or the family's name;
+        None is logistic, scale 1, offset 0.
+    quadrature_nodes : int, default=40
+        Gauss-Hermite nodes for the logistic link (2 to 200).
+    max_dimension : int, default=5000
+        The largest d accepted (at most 20000): the fit factorises d x d matrices.
+    sign_estimator : {"centered", "paper"}, default="centered"
+        The sign of <w*, w_hat>: sign(sum u_i (y_i - mean y)), or eq. (12) as printed.
+    stationarity_tol : float or None, default=0.1
+        How far from the ridge objective's minimiser w_hat may be (relative gradient norm);
+        None skips the check.
+
+    Attributes
+    ----------
+    theta_ : float
+        The estimated angle between w* and w_hat in the Sigma geometry.
+    w_norm_sigma_ : float
+        ||w_hat||_Sigma.
+    sign_ : int
+        The estimated sign of <w*, w_hat>_Sigma.
+    inner_product_, inner_product_squared_ : float
+        The estimates of <w*, w_hat>_Sigma and its square (eq. 11).
+    diagnostics_ : dict
+        What the fit measured (gamma, stationarity, clipping).
+
+    References
+    ----------
+    Y. Li and P. Sur, "Optimal and provable calibration in high-dimensional binary
+    classification: angular calibration and Platt scaling" (papers/000). The derivation and
+    calibd's correction of the printed gamma: docs/methods/angular.md.
+
+    Examples
+    --------
+    >>> calibrator = AngularCalibrator(ridge=0.1)
+    >>> calibrator.fit(holdout_logits, holdout_labels, X=X_train, y=y_train, w_hat=w_hat, Sigma=Sigma)
+    >>> calibrator.predict(new_logits)
     """
 
     method = "angular"

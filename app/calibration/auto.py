@@ -44,9 +44,11 @@ import numpy as np
 
 from ..metrics import log_loss
 from ._mlp import single_threaded_blas
-from .base import ArraySpec, Calibrator, CalibrationInputError, n_classes_of
+from ..inputs import CalibrationInputError
+from .base import Calibrator
+from .validation import ArraySpec, n_classes_of
 from .crossfit import OutOfFold, fit_fold, stratified_folds
-from .linear import _LinearCalibrator
+from .linear import LinearCalibrator
 
 DEFAULT_CANDIDATES = ("platt", "temperature", "beta", "isotonic", "histogram", "venn_abers", "scaling_binning")
 MULTICLASS_CANDIDATES = (
@@ -74,7 +76,7 @@ def model_key(candidate: Calibrator) -> tuple | None:
     probability input, whichever the method) with the same variant, penalty and
     optimiser settings.
     """
-    if not isinstance(candidate, _LinearCalibrator):
+    if not isinstance(candidate, LinearCalibrator):
         return None
     space = "log_probability" if candidate.input == "probability" else candidate.features
     return (

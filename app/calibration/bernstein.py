@@ -116,16 +116,11 @@ import numpy as np
 from scipy.linalg import get_lapack_funcs
 from scipy.special import comb
 
-from .base import (
-    Calibrator,
-    CalibrationInputError,
-    as_float_array,
-    check_holdout,
-    check_sample_weight,
-    encode_labels,
-)
+from ..inputs import CalibrationInputError, as_float_array, check_sample_weight
+from .base import Calibrator
+from .validation import check_holdout, encode_labels
 from .crossfit import stratified_folds
-from .isotonic import _interp_by_ratio
+from .isotonic import interp_by_ratio
 
 #: The most classifier scores per row.
 MAX_SCORES = 4
@@ -215,7 +210,7 @@ def apply_ecdf(column: np.ndarray, x: np.ndarray, u: np.ndarray) -> np.ndarray:
     out = np.interp(column, x, u)
     bad = ~np.isfinite(out)  # knots subnormal-close: interpolate by ratio instead
     if bad.any():
-        out[bad] = _interp_by_ratio(column[bad], x, u)
+        out[bad] = interp_by_ratio(column[bad], x, u)
     return out
 
 

@@ -47,7 +47,10 @@ import numpy as np
 from scipy.optimize import brentq
 
 from ._logistic import fit_logistic
-from .base import EPS, Calibrator, CalibrationInputError, sigmoid, state_number
+from ..inputs import CalibrationInputError
+from .base import Calibrator
+from .scales import EPS, sigmoid
+from .validation import state_number
 
 VARIANTS = ("abm", "ab", "am")
 _LN2 = float(np.log(2.0))

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..metrics.multicalibration import COLUMN_NAME  # the same names as segments
-from .base import CalibrationInputError
+from ..inputs import CalibrationInputError
 
 MAX_COLUMNS = 64
 

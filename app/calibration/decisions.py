@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import CalibrationInputError, refuse_booleans
+from ..inputs import CalibrationInputError, refuse_booleans
 
 
 def check_costs(costs: Any, n_classes: int) -> np.ndarray | tuple[float, float]:

@@ -18,7 +18,10 @@ import numpy as np
 from ..metrics import evaluate, prepare
 from ..metrics.binned import DEFAULT_N_BINS, ece_prepared
 from ..metrics.scores import brier_prepared, log_loss_prepared
-from .base import CalibrationInputError, Calibrator, check_arrays, n_classes_of, to_probability
+from ..inputs import CalibrationInputError
+from .base import Calibrator
+from .scales import to_probability
+from .validation import check_arrays, n_classes_of
 from .crossfit import CROSS_FIT_SEED, CROSS_FIT_SPLITS, cross_val_predict_details, stratified_folds
 from .registry import get_method
 

@@ -38,7 +38,9 @@ from typing import Any
 
 import numpy as np
 
-from .base import Calibrator, CalibrationInputError, check_min_probability, keep_off_edges, state_array, state_number
+from ..inputs import CalibrationInputError
+from .base import Calibrator
+from .validation import check_min_probability, keep_off_edges, state_array, state_number
 
 MAX_BINS = 1000
 

@@ -47,7 +47,9 @@ except ImportError:  # pragma: no cover - another SciPy layout
 
 from . import kernels
 from ._fastpath import quick_list
-from .base import Calibrator, CalibrationInputError, check_min_probability, keep_off_edges, state_array
+from ..inputs import CalibrationInputError
+from .base import Calibrator
+from .validation import check_min_probability, keep_off_edges, state_array
 
 
 def pool_ties(
@@ -193,7 +195,7 @@ def _key_scores(keys: np.ndarray) -> np.ndarray:
     return np.where(keys < 0, keys ^ _NOT_SIGN, keys).view(np.float64)
 
 
-def _interp_by_ratio(scores: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+def interp_by_ratio(scores: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """np.interp as y0 + t (y1 - y0), t = (s - x0) / (x1 - x0) in [0, 1]: no overflow."""
     i = np.clip(np.searchsorted(x, scores, side="right") - 1, 0, x.shape[0] - 2)
     x0, x1, y0, y1 = x[i], x[i + 1], y[i], y[i + 1]
@@ -318,7 +320,7 @@ class _Interpolator:
 
     Large batches go through the grid; small ones straight to numpy's compiled
     interp. Only when some slope overflows (knots subnormal-close) can interp
-    return non-finite values; then those rows are redone by ``_interp_by_ratio``.
+    return non-finite values; then those rows are redone by ``interp_by_ratio``.
     """
 
     __slots__ = ("x", "y", "grid", "safe", "kernel", "nbytes")
@@ -355,17 +357,37 @@ class _Interpolator:
         # are subnormal-close (scores within ~1e-300 of 0): redo those rows.
         bad = ~np.isfinite(p)
         if bad.any():
-            p[bad] = _interp_by_ratio(scores[bad], x, y)
+            p[bad] = interp_by_ratio(scores[bad], x, y)
         return p
 
 
 class IsotonicCalibrator(Calibrator):
     """Isotonic regression, interpolated between block boundaries.
 
-    Options:
-        min_probability: outputs are kept within [m, 1 - m] (default null:
-            m = 1 / (2 (n + 1)) for n holdout rows; 0: blocks of one class
-            give exactly 0 or 1). See ``keep_off_edges``.
+    Parameters
+    ----------
+    input : {"probability", "logit"}, default="probability"
+        The scale the scores come on.
+    min_probability : float or None, default=None
+        Outputs are kept within [m, 1 - m]: None is m = 1 / (2 (n + 1)) for n holdout rows;
+        0 lets blocks of one class give exactly 0 or 1 (see ``keep_off_edges``).
+
+    Attributes
+    ----------
+    x_thresholds_ : ndarray of shape (n_thresholds,)
+        The block boundaries on the score axis, increasing.
+    y_thresholds_ : ndarray of shape (n_thresholds,)
+        The calibrated probability at each boundary, non-decreasing.
+
+    References
+    ----------
+    B. Zadrozny and C. Elkan, "Transforming classifier scores into accurate multiclass
+    probability estimates", KDD 2002.
+
+    Examples
+    --------
+    >>> calibrator = IsotonicCalibrator().fit(scores, labels)
+    >>> calibrator.predict([0.2, 0.7])
     """
 
     method = "isotonic"

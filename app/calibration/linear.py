@@ -108,7 +108,9 @@ from ._multiclass import (
     row_blocks,
     softmax,
 )
-from .base import Calibrator, CalibrationInputError, state_array, state_number
+from ..inputs import CalibrationInputError
+from .base import Calibrator
+from .validation import state_array, state_number
 
 #: The largest K the full K x K variants accept.
 MAX_FULL_CLASSES = 200
@@ -148,7 +150,7 @@ def _curvature_moments(x: np.ndarray, w: np.ndarray, beta: float) -> tuple[np.nd
     return total, m, np.maximum(second / safe - m * m, 0.0)
 
 
-class _LinearCalibrator(Calibrator):
+class LinearCalibrator(Calibrator):
     """softmax(W x + b) on logits or log-probabilities; subclasses fix the family."""
 
     tasks = ("multiclass",)
@@ -369,7 +371,7 @@ class _LinearCalibrator(Calibrator):
         return info
 
 
-class VectorScalingCalibrator(_LinearCalibrator):
+class VectorScalingCalibrator(LinearCalibrator):
     """Vector scaling: softmax(a * z + b), a per-class scale a and bias b on the logits.
 
     Options:
@@ -390,7 +392,7 @@ class VectorScalingCalibrator(_LinearCalibrator):
         self.max_iter = max_iter
 
 
-class MatrixScalingCalibrator(_LinearCalibrator):
+class MatrixScalingCalibrator(LinearCalibrator):
     """Matrix scaling: softmax(W z + b), a full K x K map of the logits, ODIR-regularised.
 
     Options:
@@ -419,7 +421,7 @@ class MatrixScalingCalibrator(_LinearCalibrator):
         self.max_iter = max_iter
 
 
-class DirichletCalibrator(_LinearCalibrator):
+class DirichletCalibrator(LinearCalibrator):
     """Dirichlet calibration: softmax(W log p + b).
 
     Options:

@@ -77,7 +77,8 @@ import numpy as np
 
 from ..metrics.lp import DEFAULT_LAMBDA, bin_ids, check_lambda, check_order, round_codes
 from ._multiclass import as_probabilities
-from .base import CalibrationInputError, Calibrator
+from ..inputs import CalibrationInputError
+from .base import Calibrator
 
 DEFAULT_P = 2.0
 DEFAULT_DELTA = 0.1

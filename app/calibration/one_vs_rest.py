@@ -37,7 +37,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ._multiclass import as_logits, check_packed, one_vs_rest_logits, pack_components, softmax, unpack_component
-from .base import Calibrator, check_min_probability
+from .base import Calibrator
+from .validation import check_min_probability
 from .isotonic import IsotonicCalibrator
 from .platt import PlattCalibrator
 

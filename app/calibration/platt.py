@@ -11,16 +11,39 @@ from __future__ import annotations
 import numpy as np
 
 from ._logistic import fit_logistic
-from .base import Calibrator, CalibrationInputError, sigmoid, state_number, to_logit
+from ..inputs import CalibrationInputError
+from .base import Calibrator
+from .scales import sigmoid, to_logit
+from .validation import state_number
 
 
 class PlattCalibrator(Calibrator):
-    """Platt scaling.
+    """Platt scaling: p' = sigmoid(A z + B) on the score's logit z.
 
-    Options:
-        smooth_targets: fit to Platt's smoothed targets (N+ + 1)/(N+ + 2) and
-            1/(N- + 2) instead of 0/1, as scikit-learn's sigmoid calibration
-            does; it keeps A finite on separable holdouts.
+    Parameters
+    ----------
+    input : {"probability", "logit"}, default="probability"
+        The scale the scores come on.
+    smooth_targets : bool, default=False
+        Fit to Platt's smoothed targets (N+ + 1)/(N+ + 2) and 1/(N- + 2) instead of 0/1, as
+        scikit-learn's sigmoid calibration does; it keeps A finite on separable holdouts.
+
+    Attributes
+    ----------
+    a_ : float
+        The slope A.
+    b_ : float
+        The offset B.
+
+    References
+    ----------
+    J. Platt, "Probabilistic outputs for support vector machines and comparisons to
+    regularized likelihood methods", 1999.
+
+    Examples
+    --------
+    >>> calibrator = PlattCalibrator().fit(scores, labels)
+    >>> calibrator.predict([0.2, 0.7])
     """
 
     method = "platt"

@@ -6,7 +6,8 @@ from typing import Any
 
 from .angular import AngularCalibrator
 from .auto import AutoCalibrator
-from .base import Calibrator, CalibrationInputError
+from ..inputs import CalibrationInputError
+from .base import Calibrator
 from .bernstein import BernsteinCalibrator
 from .beta import BetaCalibrator
 from .histogram import HistogramCalibrator

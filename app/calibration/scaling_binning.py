@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from .base import Calibrator
-from .base import state_number
+from .validation import state_number
 from .histogram import check_bins, check_n_bins
 from .platt import PlattCalibrator
 

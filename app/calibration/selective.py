@@ -1,96 +1,18 @@
 """Selective recalibration: learn which inputs to set aside so that a simple recalibrator fits the rest.
 
-Zollo, Deng, Snell, Pitassi & Zemel, "Improving predictor reliability with
-selective recalibration" (TMLR 2024; papers/004).
-
-Two models are fitted on the holdout:
-
-* the recalibrator h: Platt scaling (binary scores) or temperature scaling
-  (multiclass rows), the ``platt`` and ``temperature`` methods of calibd;
-* the selector g_hat(x) = sigmoid(s(x)) in [0, 1], a small ReLU MLP on a
-  feature embedding x of each input (``features``, one row per score).
-
-They minimise the paper's surrogate (eqs. 5, 6, 9, 10) on the selector-training rows,
+Zollo, Deng, Snell, Pitassi & Zemel, "Improving predictor reliability with selective
+recalibration" (TMLR 2024; papers/004). A recalibrator h (Platt scaling for binary scores,
+temperature scaling for multiclass rows) and a selector g_hat(x) = sigmoid(s(x)), a small ReLU
+MLP on a feature embedding x of each input (``features``), minimise (eqs. 5, 6, 9, 10)
 
     L = S-TLBCE / mean(g_hat) + lambda * (beta - mean(g_hat))^2,
     S-TLBCE = -(1/n) sum_i g_hat_i [c_i log h_i + (1 - c_i) log(1 - h_i)],
 
-with h_i the recalibrated top-label confidence, c_i = 1[y_i = predicted
-class], beta the target coverage and lambda the coverage penalty. Dividing by
-mean(g_hat) is the paper's eq. (6): the loss is the g_hat-weighted mean
-cross-entropy of the selected rows. Sample weights w_i weight every mean.
-For binary scores, Platt's log-loss on the class-1 label *is* the top-label
-cross-entropy (the top label of sigmoid(A z + B) is correct exactly when the
-class-1 label agrees with it), so binary h is plain Platt and
-S-TLBCE = S-MCE, as the paper notes.
-
-Training (``mode``); every mode starts by fitting h alone (g_hat = 1):
-
-* ``sequential``: the paper's sequential baseline: the selector is trained
-  by Adam on mini-batches with h fixed at that pre-training, and h is served
-  as it is. On section 6's case that h is the mixture's (slope 0.2 where the
-  inliers' is 0.5), so the accepted rows are not calibrated; it is kept to
-  compare with, and for a recalibrator that must not move.
-* ``refit``: the same selector, then h is refitted on the rows it accepts
-  (the last h step below).
-* ``joint`` (default): the selector and h are trained together: each epoch
-  runs Adam on the selector, then moves h to the minimiser of the same loss
-  for the current g_hat (block-coordinate descent; for fixed g_hat the loss
-  is a g_hat-weighted log-loss of h, minimised by Newton's method on h's one
-  or two parameters with the analytic gradient). The selector then learns
-  which rows the *moving* h cannot fit, which is what section 6 needs when h
-  fitted on every row fails the inliers and outliers alike.
-
-The last h step (``refit`` and ``joint``): once the selector and tau are final,
-h minimises the loss for the hard selection the service applies
-(g = 1[g_hat >= tau]) over every holdout row accepted, the threshold rows
-included (h does not affect which rows are accepted, so this leaves the
-coverage guarantee intact). A soft g_hat still gives the rejected outliers
-some weight, which biased h in section 6's case (slope 0.41 to 0.53 against
-a true 0.5).
-
-Default: ``joint``, chosen by the numbers of benchmarks/selective.py (the
-case of tests/test_selective.py's ``DEFAULTS_CASE``, 4 seeds, and two
-variants). Where Platt on every row still leans the inliers' way, ``refit``
-and ``joint`` are within noise of each other (mean |p - p_true| on the
-accepted rows, ``refit`` against ``joint``: 0.0072 against 0.0057; with a
-narrower score spread 0.0063 against 0.0081; ``sequential`` 0.119 and
-0.068; recalibration alone 0.189 and 0.116). Where it is nearly flat
-(inlier share 0.72), the selector trained against the fixed h learns little,
-and ``joint``, whose h moves with the selector, did better (0.043 against
-0.053; one seed of four defeated both, and the guard below catches such a
-fit). ``refit`` costs about 60% of ``joint``'s CPU time.
-
-Guard (``guard``, in ``fit_calibrator``'s cross-fitted summary): when the
-cross-fitted ECE on the accepted rows exceeds twice recalibration alone's on
-every row, by more than binned ECE's own sampling noise at that many accepted
-rows (0.5 sqrt(15 / n_accepted)), the selective fit is not shipped: the
-calibrator falls back to recalibration alone (h fitted on every row, every
-input accepted), and ``summary.selective.guard`` and ``fit_info()["guard"]``
-say so with both figures. ``guard: false`` keeps the selective fit and only
-reports the comparison.
-
-Gradients are analytic (``_mlp.backward`` and ``selective_loss``), checked
-against finite differences in the tests; numpy only.
-
-Threshold: a share ``threshold_fraction`` of the holdout (stratified by label)
-is held out of all training. tau is the (1 - beta) quantile of g_hat there, so
-that a share beta of those rows is accepted, and an input is accepted when
-g_hat >= tau (compared on the MLP's output before the sigmoid, so that a
-saturated sigmoid cannot create ties). Because the selector never saw those
-n_tau rows, coverage on fresh data from the same distribution lies in
-beta_hat +- sqrt(log(2/delta) / (2 n_tau)) with probability >= 1 - delta: the
-paper's Hoeffding interval, which stays valid for the data-chosen tau because
-the same epsilon bounds the deviation of the empirical distribution function
-uniformly (Dvoretzky-Kiefer-Wolfowitz, with Massart's constant).
-
-Scores-only mode (no ``features``): the selector's single input is the score's
-logit (binary) or the logit of the top-label confidence (multiclass). It can
-then only reject ranges of the score, i.e. it learns which score ranges h fits
-worst; it cannot tell apart two inputs with the same score, so it cannot
-remove outliers that share the inliers' scores (section 6's case needs features).
-
-``beta = 1`` accepts everything: no selector is trained and h is fitted on every row.
+with h_i the recalibrated top-label confidence, c_i = 1[y_i = predicted class], beta the target
+coverage and lambda the coverage penalty. An input is accepted when g_hat >= tau, tau set on a
+held-out share of the holdout so that coverage on fresh data lies in beta_hat +- sqrt(log(2/delta)
+/ (2 n_tau)) with probability >= 1 - delta. Options: see ``SelectiveCalibrator``. The training
+modes, the guard, the scores-only mode and the figures behind the defaults: docs/methods/selective.md.
 """
 
 from __future__ import annotations
@@ -104,7 +26,10 @@ import numpy as np
 from ..metrics import brier, ece
 from . import _mlp
 from ._multiclass import MAX_TEMPERATURE, MIN_TEMPERATURE, as_logits
-from .base import ArraySpec, CalibrationInputError, Calibrator, sigmoid, to_logit
+from ..inputs import CalibrationInputError
+from .base import Calibrator
+from .scales import sigmoid, to_logit
+from .validation import ArraySpec
 from .crossfit import CROSS_FIT_SEED, CROSS_FIT_SPLITS, stratified_folds
 from .platt import PlattCalibrator
 from .temperature import TemperatureCalibrator
@@ -214,22 +139,56 @@ def selective_loss(
 class SelectiveCalibrator(Calibrator):
     """Selective recalibration (papers/004): a selector MLP on ``features`` and Platt or temperature.
 
-    Options:
-        beta: target coverage, the share of inputs accepted, in (0, 1] (default 0.8).
-        mode: ``joint`` (default: h trained with the selector), ``refit`` (selector trained with h
-            fixed, then h refitted on the accepted rows) or ``sequential`` (h fixed throughout).
-        hidden: widths of the selector's hidden ReLU layers (default [64, 64]; the paper
-            uses [128, 128] on 1000-2000 rows with GPU training, [64, 64] keeps a fit of a
-            few thousand rows to seconds on a CPU; [] is a logistic-regression selector).
-        epochs: passes over the selector-training rows (default 100).
-        batch_size: rows per Adam step (default 128).
-        learning_rate: Adam's step size (default 0.001).
-        coverage_penalty: lambda, the weight of (beta - mean g)^2 (default 32, as the paper).
-        threshold_fraction: share of the holdout held out of training to set tau (default 0.25).
-        confidence: level of the coverage interval, 1 - delta (default 0.95).
-        seed: seeds the split, the initial weights and the batch order (default 0).
-        guard: fall back to recalibration alone when the cross-fitted summary finds the
-            accepted rows far worse calibrated than recalibration alone (default true).
+    Parameters
+    ----------
+    input : {"probability", "logit"}, default="probability"
+    beta : float, default=0.8
+        Target coverage, the share of inputs accepted, in (0, 1].
+    mode : {"joint", "refit", "sequential"}, default="joint"
+        ``joint``: h trained with the selector; ``refit``: the selector trained with h fixed,
+        then h refitted on the accepted rows; ``sequential``: h fixed throughout.
+    hidden : list of int, default=(64, 64)
+        Widths of the selector's hidden ReLU layers ([] is a logistic-regression selector).
+    epochs : int, default=100
+        Passes over the selector-training rows.
+    batch_size : int, default=128
+        Rows per Adam step.
+    learning_rate : float, default=0.001
+        Adam's step size.
+    coverage_penalty : float, default=32
+        lambda, the weight of (beta - mean g)^2, as the paper.
+    threshold_fraction : float, default=0.25
+        Share of the holdout held out of training to set tau.
+    confidence : float, default=0.95
+        Level of the coverage interval, 1 - delta.
+    seed : int, default=0
+        Seeds the split, the initial weights and the batch order.
+    guard : bool, default=True
+        Fall back to recalibration alone when the cross-fitted summary finds the accepted rows
+        far worse calibrated than recalibration alone.
+
+    Attributes
+    ----------
+    recalibrator_ : Calibrator
+        h: a fitted ``PlattCalibrator`` (binary) or ``TemperatureCalibrator`` (multiclass).
+    selector_ : dict or None
+        The selector MLP's weights (None when beta is 1: every input accepted).
+    threshold_, threshold_logit_ : float
+        tau, and tau on the MLP's output before the sigmoid.
+    coverage_ : dict
+        The coverage estimate on the threshold rows and its Hoeffding interval.
+
+    References
+    ----------
+    A. Zollo, Z. Deng, J. Snell, T. Pitassi and R. Zemel, "Improving predictor reliability with
+    selective recalibration", TMLR 2024 (papers/004). The modes, the guard and the figures
+    behind the defaults: docs/methods/selective.md.
+
+    Examples
+    --------
+    >>> calibrator = SelectiveCalibrator(beta=0.9).fit(scores, labels, features=embeddings)
+    >>> probabilities, extras = calibrator.predict_details(new_scores, features=new_embeddings)
+    >>> extras["accepted"]
     """
 
     method = "selective"

@@ -35,11 +35,35 @@ from . import kernels
 from ._fastpath import plain_array, quick_extremes
 from ._logistic import fit_logistic
 from ._multiclass import MAX_TEMPERATURE, MIN_TEMPERATURE, as_logits, fit_inverse_temperature, softmax
-from .base import Calibrator, CalibrationInputError, sigmoid, state_number, to_logit
+from ..inputs import CalibrationInputError
+from .base import Calibrator
+from .scales import sigmoid, to_logit
+from .validation import state_number
 
 
 class TemperatureCalibrator(Calibrator):
-    """Temperature scaling, binary (sigmoid(z/T)) and multiclass (softmax(z/T))."""
+    """Temperature scaling, binary (sigmoid(z/T)) and multiclass (softmax(z/T)).
+
+    Parameters
+    ----------
+    input : {"probability", "logit"}, default="probability"
+        The scale the scores come on: probabilities (rows summing to 1 for multiclass) or logits.
+
+    Attributes
+    ----------
+    temperature_ : float
+        T, fitted by maximum (weighted) likelihood on the holdout.
+
+    References
+    ----------
+    C. Guo, G. Pleiss, Y. Sun and K. Weinberger, "On calibration of modern neural networks",
+    ICML 2017.
+
+    Examples
+    --------
+    >>> calibrator = TemperatureCalibrator(input="logit").fit(logit_rows, labels)
+    >>> calibrator.predict(new_logit_rows)       # rows of K probabilities
+    """
 
     method = "temperature"
     tasks = ("binary", "multiclass")

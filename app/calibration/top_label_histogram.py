@@ -42,7 +42,9 @@ from typing import Any
 import numpy as np
 
 from ._multiclass import as_probabilities, check_packed, pack_components, unpack_component
-from .base import Calibrator, CalibrationInputError, state_array
+from ..inputs import CalibrationInputError
+from .base import Calibrator
+from .validation import state_array
 from .histogram import HistogramCalibrator, check_n_bins
 
 

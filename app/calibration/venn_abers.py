@@ -61,7 +61,9 @@ from typing import Any
 import numpy as np
 from scipy.optimize import isotonic_regression
 
-from .base import Calibrator, CalibrationInputError, state_array
+from ..inputs import CalibrationInputError
+from .base import Calibrator
+from .validation import state_array
 from .isotonic import pool_ties
 
 

@@ -4,12 +4,12 @@ bootstrap intervals and reliability-diagram data. No web or database imports.
 Every public function takes ``probabilities`` ((n,) binary, probability of
 class 1; or (n, K) rows), ``labels`` (0/1, or 0..K-1) and optional
 ``sample_weight``, validates them, and raises
-``calibd.calibration.base.CalibrationInputError`` naming the bad field.
+``calibd.inputs.CalibrationInputError`` naming the bad field.
 ``evaluate`` computes them all in the shape of ``POST /evaluate``.
 """
 
 # calibd.calibration imports ece, brier and log_loss from here for its fit summaries;
-# nothing in this package imports calibd.calibration at import time (see inputs.input_error).
+# nothing in this package imports calibd.calibration (both build on calibd.inputs).
 from .binned import ace, bin_edges, ece
 from .bootstrap import bootstrap_ci
 from .debiased import debiased_l2_ce

@@ -1,7 +1,7 @@
 """Validation of metric inputs, and the binary problems a target reduces to.
 
 Every public metric validates its arrays here, at the boundary, in O(n)
-numpy, and raises :class:`calibd.calibration.base.CalibrationInputError` with the
+numpy, and raises :class:`calibd.inputs.CalibrationInputError` with the
 field (``probabilities``, ``labels``, ``sample_weight``, ``options.<name>``)
 and the index of the first offending element, so that a service can point at
 it (``/probabilities/3/1``).
@@ -11,7 +11,7 @@ Shapes:
 * binary: ``probabilities`` is ``(n,)``, the probability of class 1, and
   ``labels`` are 0/1;
 * multiclass: ``probabilities`` is ``(n, K)``, K >= 2, rows summing to 1, and
-  ``labels`` are ints ``0..K-1``. A row whose sum is within ``ROW_SUM_TOL`` of
+  ``labels`` are ints ``0..K-1``. A row whose sum is within ``ROW_SUM_TOLERANCE`` of
   1 is renormalised to sum to 1 exactly; a row further off is rejected.
 
 A *target* turns the input into one or more binary problems (prediction,
@@ -41,19 +41,16 @@ from typing import Any
 
 import numpy as np
 
+from .. import inputs
+from ..inputs import ROW_SUM_TOLERANCE, CalibrationInputError, first_index, refuse_booleans
 
-def input_error(field: str, detail: str, index: tuple[int, ...] | None = None) -> Exception:
-    """A :class:`calibd.calibration.base.CalibrationInputError` (imported late: calibd.calibration
-    imports this package for its fit summaries, so it cannot be imported while this one loads)."""
-    from ..calibration.base import CalibrationInputError
-
-    return CalibrationInputError(field, detail, index)
-
+# The metrics' own name for the shared error, kept for their many raise sites.
+input_error = CalibrationInputError
 
 __all__ = [
     "input_error",
     "Prepared",
-    "ROW_SUM_TOL",
+    "ROW_SUM_TOLERANCE",
     "TARGETS",
     "binary_problems",
     "check_labels",
@@ -63,15 +60,7 @@ __all__ = [
     "resolve_target",
 ]
 
-#: A multiclass row may sum to 1 +- this before it is rejected; within it the row is renormalised.
-ROW_SUM_TOL = 1e-3
-
 TARGETS = ("binary", "top_label", "classwise")
-
-
-def _first_index(mask: np.ndarray) -> tuple[int, ...]:
-    flat = int(np.flatnonzero(mask.ravel())[0])
-    return tuple(int(i) for i in np.unravel_index(flat, mask.shape))
 
 
 def _locate_non_number(values: Any, field: str) -> Exception:
@@ -113,8 +102,6 @@ def _as_array(values: Any, field: str) -> np.ndarray:
     if array.ndim == 0 or array.shape[0] == 0:
         raise input_error(field, "must not be empty")
     if array.ndim <= 2:
-        from ..calibration.base import refuse_booleans  # late, as in input_error
-
         refuse_booleans(values, array, field)
     return array
 
@@ -130,15 +117,15 @@ def check_probabilities(probabilities: Any, field: str = "probabilities") -> np.
     if not (p.min() >= 0.0 and p.max() <= 1.0):  # also false for NaN, which min and max propagate
         finite = np.isfinite(p)
         if not finite.all():
-            raise input_error(field, "must be finite (no NaN or infinity)", _first_index(~finite))
+            raise input_error(field, "must be finite (no NaN or infinity)", first_index(~finite))
         outside = (p < 0.0) | (p > 1.0)
-        raise input_error(field, "probabilities must lie in [0, 1]", _first_index(outside))
+        raise input_error(field, "probabilities must lie in [0, 1]", first_index(outside))
     if p.ndim == 2:
         sums = p.sum(axis=1)
-        off = np.abs(sums - 1.0) > ROW_SUM_TOL
+        off = np.abs(sums - 1.0) > ROW_SUM_TOLERANCE
         if off.any():
             i = int(np.flatnonzero(off)[0])
-            raise input_error(field, f"row sums to {sums[i]:.6g}, not 1 (tolerance {ROW_SUM_TOL})", (i,))
+            raise input_error(field, f"row sums to {sums[i]:.6g}, not 1 (tolerance {ROW_SUM_TOLERANCE})", (i,))
         if (sums != 1.0).any():
             p = p / sums[:, None]
     return p
@@ -154,12 +141,12 @@ def check_labels(labels: Any, n_samples: int, n_classes: int, field: str = "labe
     if array.dtype.kind == "f":
         bad = ~np.isfinite(array) | (array != np.floor(array))
         if bad.any():
-            raise input_error(field, "labels must be integers", _first_index(bad))
+            raise input_error(field, "labels must be integers", first_index(bad))
     low, high = array.min(), array.max()
     if low < 0 or high > n_classes - 1:
         bad = (array < 0) | (array > n_classes - 1)
         allowed = "0 or 1" if n_classes == 2 else f"integers 0..{n_classes - 1}"
-        raise input_error(field, f"labels must be {allowed}", _first_index(bad))
+        raise input_error(field, f"labels must be {allowed}", first_index(bad))
     return array.astype(np.int8 if n_classes == 2 else np.intp, copy=False)
 
 
@@ -167,20 +154,7 @@ def check_sample_weight(sample_weight: Any, n_samples: int, field: str = "sample
     """Non-negative finite weights with a positive sum; None stays None (all ones)."""
     if sample_weight is None:
         return None
-    array = _as_array(sample_weight, field)
-    if array.ndim != 1:
-        raise input_error(field, "must be a flat list")
-    w = np.ascontiguousarray(array, dtype=np.float64)
-    if w.shape[0] != n_samples:
-        raise input_error(field, f"has {w.shape[0]} entries but probabilities has {n_samples}")
-    finite = np.isfinite(w)
-    if not finite.all():
-        raise input_error(field, "must be finite (no NaN or infinity)", _first_index(~finite))
-    if w.min() < 0:
-        raise input_error(field, "weights must be non-negative", _first_index(w < 0))
-    if not w.sum() > 0:
-        raise input_error(field, "weights must not all be zero")
-    return w
+    return inputs.check_sample_weight(_as_array(sample_weight, field), n_samples, field, beside="probabilities")
 
 
 @dataclass(frozen=True)

@@ -27,14 +27,13 @@ from ..edge import answer_error, asgi_route, json_request, send_json
 from ..observability import CALIBRATE_REQUESTS, CALIBRATE_SCORES
 from ..problems import Problem, input_error
 from ..state import Services
-from ..validation import MAX_VERSION, request_body
+from ..validation import MAX_ID_LENGTH, MAX_VERSION, check_ids, request_body  # noqa: F401 (MAX_ID_LENGTH: feedback imports it from here)
 from .schemas import CalibrateRequest, CalibrateResponse
 
 router = APIRouter(tags=["calibrate"])
 
 # Any other field is one of the method's extra arrays (``features``, ...).
 _FIELDS = frozenset({"calibrator", "version", "scores", "ids", "costs"})
-MAX_ID_LENGTH = 128
 
 
 async def calibrate(scope: Scope, receive: Receive, send: Send) -> None:
@@ -189,11 +188,7 @@ def _envelope(data: dict) -> tuple[str, int | None, object, list[str] | None, di
         raise Problem.invalid("/scores", "required: a list of scores")
     ids = data.get("ids")
     if ids is not None:
-        if not isinstance(ids, list):
-            raise Problem.invalid("/ids", "must be a list of strings")
-        for position, value in enumerate(ids):
-            if not isinstance(value, str) or not 0 < len(value) <= MAX_ID_LENGTH or "\x00" in value:
-                raise Problem.invalid(f"/ids/{position}", f"ids are non-empty strings of at most {MAX_ID_LENGTH} characters, without NUL")
+        check_ids(ids)
     return name, version, data["scores"], ids, arrays
 
 

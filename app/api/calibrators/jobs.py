@@ -25,7 +25,7 @@ from ..auth import REQUIRE_READ
 from ..problems import Problem
 from ..state import Services, services
 from ..validation import json_response
-from .fit_pool import FitJob
+from ...workers.spool import FitJob
 from .schemas import JobOut
 from .versions import fit_and_store, version_out
 

@@ -13,13 +13,14 @@ from starlette.responses import Response
 from ...storage import repository
 from ...storage.repository import CalibratorInfo
 from ..auth import REQUIRE_ADMIN, REQUIRE_READ
-from ..bodies import media_type, parse_json_object, require_json
+from ..bodies import media_type
 from ..problems import Problem
 from ..tables import ARROW_STREAM, table_body
 from ..state import services
-from ..validation import NamePath, VersionPath, json_response, request_body, validate
+from ..validation import NamePath, VersionPath, json_response, read_json, request_body
 from . import jobs as fit_jobs
-from .fit_pool import FitJob, spool_json_body, spool_upload
+from .fit_job import check_job_depth
+from ...workers.spool import FitJob, spool_json_body, spool_upload
 from .schemas import (
     JobOut,
     CalibratorOut,
@@ -102,7 +103,7 @@ async def create_calibrator(
         raise Problem(415, f"send application/json, multipart/form-data or {ARROW_STREAM}, not {kind}")
     if run_async:
         try:
-            await run_in_threadpool(job.check_depth)
+            await run_in_threadpool(check_job_depth, job)
             info = await fit_jobs.submit(app, job, brief=detail == "brief")
         except BaseException:  # no job to read the spooled body
             job.discard_spool()
@@ -156,8 +157,7 @@ async def get_version(request: Request, name: NamePath, version: VersionPath) ->
     responses={404: {}},
 )
 async def promote(request: Request, name: NamePath) -> Response:
-    require_json(request.headers)
-    body = validate(PromoteRequest, parse_json_object(await request.body()))
+    body = await read_json(request, PromoteRequest)
     app = services(request)
     info = await run_in_threadpool(repository.promote, app.sessions, name, body.version)
     app.store.set_current(info.name, info.uid, info.current_version)

@@ -12,9 +12,11 @@ from starlette.concurrency import run_in_threadpool
 
 from ...storage import repository
 from ...storage.repository import VersionInfo
+from ...workers.pool import PoolError
+from ...workers.spool import FitJob
 from ..observability import FIT_DURATION
+from ..problems import Problem
 from ..state import Services
-from .fit_pool import FitJob
 
 #: What a fit's answer keeps of the summary by default (the rest: GET .../versions/{v}, or ?detail=full).
 BRIEF_SUMMARY = ("before", "after", "fit", "timings")
@@ -46,9 +48,16 @@ def version_out(info: VersionInfo, with_parameters: bool = False, brief: bool = 
 async def fit_and_store(app: Services, job: FitJob) -> VersionInfo:
     """Fit in a worker, store the version, and make it servable here at once."""
     try:
-        fitted = await app.fit_pool.fit(job)
+        outcome = await app.fit_pool.fit(job)
+    except PoolError as error:
+        headers = None if error.retry_after is None else {"Retry-After": str(error.retry_after)}
+        raise Problem(503, error.detail, headers=headers) from None
     finally:
         job.discard_spool()
+    if "problem" in outcome:
+        problem = outcome["problem"]
+        raise Problem(problem["status"], problem["detail"], problem["errors"])
+    fitted = outcome["result"]
     FIT_DURATION.labels(fitted["method"]).observe(fitted.pop("elapsed_seconds"))
     info = await run_in_threadpool(lambda: repository.create_version(app.sessions, **fitted))
     app.store.stored(info)

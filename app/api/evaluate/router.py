@@ -16,9 +16,8 @@ from starlette.responses import Response
 
 from ...calibration import CalibrationInputError
 from ...metrics import evaluate as evaluate_metrics
-from ..bodies import parse_json_object, require_json
 from ..problems import Problem, input_error
-from ..validation import json_response, request_body
+from ..validation import json_body, json_response, request_body
 from .schemas import EvaluateRequest, EvaluateResponse
 from ..auth import REQUIRE_READ
 
@@ -38,8 +37,7 @@ MAX_BOOTSTRAP_ROWS = 10_000_000
     responses={200: {"model": EvaluateResponse}, 400: {}, 413: {}, 415: {}, 422: {}},
 )
 async def evaluate(request: Request) -> Response:
-    require_json(request.headers)
-    data = parse_json_object(await request.body())
+    data = await json_body(request)
     unknown = data.keys() - _FIELDS
     if unknown:
         raise Problem.invalid(f"/{sorted(unknown)[0]}", "unknown field")

@@ -21,10 +21,10 @@ from ...calibration.venn_abers import VennAbersCalibrator
 from ...storage import repository
 from ...storage.cache import LoadedCalibrator
 from ...storage.repository import NotFound
-from ..calibrate.router import _envelope, calibrate_batch
+from ..calibrate.router import calibrate_batch
 from ..problems import Problem
-from ..state import Services
-from ..validation import MAX_VERSION
+from ..state import Services, resolve_calibrator
+from ..validation import MAX_VERSION, check_ids
 from .tensors import FLOATS, TensorError, as_tensor
 
 SERVER_NAME = "calibd"
@@ -55,11 +55,6 @@ def parse_version(version: str | None) -> int | None:
     return int(version)
 
 
-async def resolve(app: Services, name: str, version: int | None) -> LoadedCalibrator:
-    """The version to serve, from memory or (once) the database; NotFound and NoCurrentVersion propagate."""
-    return app.store.get(name, version) or await run_in_threadpool(app.store.load, name, version)
-
-
 def _extras(calibrator: Any) -> list[str]:
     chosen = getattr(calibrator, "calibrator_", calibrator)  # auto serves through the method it chose
     if isinstance(chosen, VennAbersCalibrator):
@@ -72,7 +67,7 @@ def _extras(calibrator: Any) -> list[str]:
 async def model_metadata(app: Services, name: str, version: int | None) -> dict[str, Any]:
     """The model's versions, inputs and outputs (of the version named, else the current one)."""
     info = await run_in_threadpool(repository.get_calibrator, app.sessions, name)
-    loaded = await resolve(app, name, version)
+    loaded = await resolve_calibrator(app, name, version)
     calibrator = loaded.calibrator
     binary = loaded.n_classes == 2 and "binary" in calibrator.tasks  # else rows: multiclass or multivariate
     columns = [-1] if binary else [-1, calibrator.n_columns_]
@@ -98,7 +93,7 @@ async def model_metadata(app: Services, name: str, version: int | None) -> dict[
 async def model_ready(app: Services, name: str, version: int | None) -> bool:
     """Whether the version (else the current one) can be served; an unknown model raises NotFound."""
     try:
-        await resolve(app, name, version)
+        await resolve_calibrator(app, name, version)
     except NotFound:
         raise
     except LookupError:  # no current version
@@ -150,7 +145,7 @@ async def infer(
             raise TensorError(f"/inputs/{array.name}/datatype", "must be numeric")
         arrays[array.name] = array.value
     if ids is not None:
-        _envelope({"calibrator": name, "scores": None, "ids": ids})  # the ids' checks of /calibrate
+        check_ids(ids)
     loaded, probabilities, extras = await calibrate_batch(app, name, version, scores.value, ids, arrays, costs)
     outputs = [("probabilities", probabilities)]
     outputs += [(key, as_tensor(value)) for key, value in extras.items()]

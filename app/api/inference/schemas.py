@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, WithJsonSchema
 
-from ..calibrate.router import MAX_ID_LENGTH
+from ..validation import MAX_ID_LENGTH
 from .tensors import DTYPES, MAX_DIMENSIONS
 
 Datatype = Literal[tuple(DTYPES) + ("BYTES",)]  # type: ignore[valid-type]

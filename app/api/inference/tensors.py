@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ...calibration.base import NOT_A_BOOLEAN, boolean_index, may_hold_booleans
+from ...inputs import NOT_A_BOOLEAN, boolean_index, may_hold_booleans
 
 from ..bodies import float_array
 from ..problems import Problem

@@ -16,10 +16,9 @@ from starlette.responses import Response
 from ...config import Settings
 from ...storage import predictors as predictor_store
 from ..auth import REQUIRE_ADMIN, REQUIRE_READ
-from ..bodies import parse_json_object, require_json
 from ..inference.transformer import choose
 from ..state import services
-from ..validation import NamePath, json_response, request_body, validate
+from ..validation import NamePath, json_response, read_json, request_body
 from .schemas import PredictorIn, PredictorOut
 
 router = APIRouter(tags=["transformer mode"])
@@ -59,8 +58,7 @@ async def get_predictor(request: Request, name: NamePath) -> Response:
     responses={404: {}, 415: {}, 422: {}},
 )
 async def put_predictor(request: Request, name: NamePath) -> Response:
-    require_json(request.headers)
-    value = validate(PredictorIn, parse_json_object(await request.body())).model_dump()
+    value = (await read_json(request, PredictorIn)).model_dump()
     return await _store(request, name, value)
 
 

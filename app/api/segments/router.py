@@ -10,10 +10,9 @@ from ...calibration import CalibrationInputError
 from ...monitoring.segments import OTHER, check_declaration
 from ...storage import segments as segment_store
 from ..auth import REQUIRE_ADMIN, REQUIRE_READ
-from ..bodies import parse_json_object, require_json
 from ..problems import input_error
 from ..state import services
-from ..validation import NamePath, json_response, request_body
+from ..validation import NamePath, json_body, json_response, request_body
 from .schemas import SegmentDeclaration, SegmentsOut
 
 router = APIRouter(tags=["segments"])
@@ -49,8 +48,7 @@ async def get_segments(request: Request, name: NamePath) -> Response:
     responses={404: {}, 415: {}, 422: {}},
 )
 async def put_segments(request: Request, name: NamePath) -> Response:
-    require_json(request.headers)
-    data = parse_json_object(await request.body())
+    data = await json_body(request)
     try:
         declared = check_declaration(data, "body")
     except CalibrationInputError as error:

@@ -1,10 +1,9 @@
-"""The ``calibd`` command: serve, migrate and keys (on the database), and the client commands.
+"""The commands that use a running calibd over HTTP through ``calibd.client``.
 
-The client commands (fit, calibrate, evaluate, report, export, import, list) talk to a running
-calibd over HTTP through ``calibd.client``: CALIBD_URL (default http://127.0.0.1:8000) and
-CALIBD_API_KEY. They print results to stdout, progress to stderr, and on error one line on
-stderr with a non-zero exit status: 1 for an error answered by calibd, 2 for a bad command
-line or input file, 3 when calibd cannot be reached or is unavailable.
+fit, calibrate, evaluate, report, export, import, list and predictor: CALIBD_URL (default
+http://127.0.0.1:8000) and CALIBD_API_KEY. They print results to stdout, progress to stderr,
+and on error one line on stderr with a non-zero exit status: 1 for an error answered by calibd,
+2 for a bad command line or input file, 3 when calibd cannot be reached or is unavailable.
 """
 
 from __future__ import annotations
@@ -12,172 +11,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 
-from . import __version__
-from .config import check_predictor_url, get_settings
-
-
-def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from .storage import migrate
-    from .storage.db import make_engine
-
-    settings = get_settings()
-    engine = make_engine(settings.database_url)
-    if engine.dialect.name == "sqlite":
-        migrate.upgrade(engine)
-    elif not migrate.is_at_head(engine):
-        print(
-            f"calibd: the database schema is at {migrate.current_revision(engine)}, "
-            f"this calibd needs {migrate.head_revision()}; run `calibd migrate` first",
-            file=sys.stderr,
-        )
-        return 1
-    host = args.host
-    if not settings.bootstrap_admin_key and not _any_keys(engine) and host not in LOOPBACK:
-        print(
-            f"calibd: no API keys exist, so auth is off; listening on 127.0.0.1 instead of {host}. "
-            "Create a key (calibd keys create --scope admin) to serve other hosts.",
-            file=sys.stderr,
-        )
-        host = "127.0.0.1"
-    elif not settings.bootstrap_admin_key and not _any_keys(engine):
-        print("calibd: no API keys exist: auth is off (loopback only)", file=sys.stderr)
-    engine.dispose()
-    predictor = args.predictor or (f"http://{args.predictor_host}" if args.predictor_host else None)
-    if predictor:  # transformer mode's default predictor, read by every worker's app
-        try:
-            check_predictor_url(predictor)
-        except ValueError as error:
-            print(f"calibd: --predictor {predictor}: {error}", file=sys.stderr)
-            return 2
-        os.environ["CALIBD_PREDICTOR_URL"] = predictor
-        get_settings.cache_clear()
-        print(f"calibd: transformer mode: /v2 infer requests without scores go to {predictor}", file=sys.stderr)
-    if args.grpc_port is not None:  # read by every worker's app (each binds it, with SO_REUSEPORT)
-        os.environ["CALIBD_GRPC_PORT"] = str(args.grpc_port)
-        os.environ["CALIBD_GRPC_HOST"] = host
-        get_settings.cache_clear()
-        print(f"calibd: the inference protocol over gRPC on {host}:{args.grpc_port}", file=sys.stderr)
-    if args.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        # Each worker writes its counters to files here, and /metrics adds them up.
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="calibd-metrics-")
-    print(f"calibd {__version__} on http://{host}:{args.port} (database: {engine.url.render_as_string()})", file=sys.stderr)
-    _flush_logs_on_sigterm()
-    uvicorn.run(
-        "calibd.main:create_app",
-        factory=True,
-        host=host,
-        port=args.port,
-        workers=args.workers,
-        log_config=None,  # calibd.main configures JSON logs in every worker
-        access_log=False,
-    )
-    return 0
-
-
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
-def _flush_logs_on_sigterm() -> None:
-    """After a graceful shutdown uvicorn raises the signal that started it again, under the
-    handler it found; this one writes the log lines still queued before the process ends as
-    SIGTERM ends it."""
-    import signal
-
-    from .api.logs import flush_logs
-
-    def flush_and_terminate(signum, frame) -> None:
-        flush_logs()
-        signal.signal(signum, signal.SIG_DFL)
-        signal.raise_signal(signum)
-
-    signal.signal(signal.SIGTERM, flush_and_terminate)
-
-
-def _any_keys(engine) -> bool:
-    from sqlalchemy import text
-
-    with engine.connect() as connection:
-        return connection.execute(text("SELECT count(*) FROM api_keys")).scalar_one() > 0
-
-
-def _sessions():
-    from .storage.db import make_engine, make_sessionmaker
-
-    return make_sessionmaker(make_engine(get_settings().database_url))
-
-
-def _parse_duration(text: str):
-    from datetime import timedelta
-
-    units = {"d": "days", "h": "hours", "m": "minutes"}
-    if not text or text[-1] not in units:
-        raise argparse.ArgumentTypeError("durations look like 30d, 12h or 90m")
-    try:
-        duration = timedelta(**{units[text[-1]]: float(text[:-1])})
-    except (ValueError, OverflowError):
-        raise argparse.ArgumentTypeError("durations look like 30d, 12h or 90m, up to 36500d") from None
-    if not timedelta(0) < duration <= timedelta(days=36_500):
-        raise argparse.ArgumentTypeError("a key lives more than no time and at most 36500d (100 years)")
-    return duration
-
-
-def _keys_create(args: argparse.Namespace) -> int:
-    from .storage import keys
-    from .storage.models import utcnow
-
-    expires = utcnow() + args.expires if args.expires else None
-    try:
-        key, info = keys.create_key(_sessions(), args.scope, expires, args.description)
-    except ValueError as error:
-        print(f"calibd: {error}", file=sys.stderr)
-        return 2
-    print(key)
-    print(
-        f"key id {info.key_id}, scopes {', '.join(info.scopes)}"
-        + (f", expires {info.expires_at:%Y-%m-%d %H:%M} UTC" if info.expires_at else "")
-        + ". The key is shown only now.",
-        file=sys.stderr,
-    )
-    return 0
-
-
-def _keys_list(_args: argparse.Namespace) -> int:
-    from .storage import keys
-    from .storage.models import utcnow
-
-    now = utcnow()
-    print(f"{'KEY ID':<10} {'SCOPES':<28} {'CREATED':<17} {'EXPIRES':<17} STATE  DESCRIPTION")
-    for info in keys.list_keys(_sessions()):
-        state = "active" if info.active(now) else ("revoked" if info.revoked_at else "expired")
-        expires = f"{info.expires_at:%Y-%m-%d %H:%M}" if info.expires_at else "never"
-        print(f"{info.key_id:<10} {','.join(info.scopes):<28} {info.created_at:%Y-%m-%d %H:%M} {expires:<17} {state:<6} {info.description}")
-    return 0
-
-
-def _keys_revoke(args: argparse.Namespace) -> int:
-    from .storage import keys
-
-    try:
-        keys.revoke_key(_sessions(), args.key_id)
-    except keys.KeyNotFound:
-        print(f"calibd: no API key with id {args.key_id!r}", file=sys.stderr)
-        return 1
-    print(f"revoked {args.key_id}", file=sys.stderr)
-    return 0
-
-
-def _migrate(_args: argparse.Namespace) -> int:
-    from .storage import migrate
-    from .storage.db import make_engine
-
-    engine = make_engine(get_settings().database_url)
-    migrate.upgrade(engine)
-    print(f"calibd: database at migration {migrate.current_revision(engine)}")
-    return 0
+from .output import Progress, format_cell, format_number, print_fit, report_text
 
 
 # -- client commands: talk to a running calibd through calibd.client -----------------------------
@@ -242,113 +77,6 @@ def _client(args: argparse.Namespace):
     return Client(args.url, timeout=args.timeout)
 
 
-class _Progress:
-    """Upload and fit progress on stderr.
-
-    On a terminal, one line redrawn in place: the upload's bar, then the fit's elapsed time (or a
-    fit job's bar and time left); it is cleared at the end. Either way, a finished fit leaves one
-    line saying how long the upload and the fit took, and a failed one leaves only the error.
-    """
-
-    def __init__(self, label: str, total_bytes: int, stream=None):
-        import threading
-        import time
-
-        self._time = time
-        self.stream = stream or sys.stderr
-        self.tty = self.stream.isatty()
-        self.label = label
-        self.total = total_bytes
-        self.started = time.monotonic()
-        self.uploaded: float | None = None  # when the last byte was sent
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._ticker: threading.Thread | None = None
-        self._last_draw = 0.0
-        self._job: str | None = None
-
-    def __call__(self, stage: str, fraction: float | None, eta: float | None) -> None:
-        with self._lock:
-            if stage == "upload":
-                self._upload(fraction or 0.0)
-            elif stage == "fit":
-                self._fitting()
-            else:  # a fit job's state
-                self._job_state(stage, fraction, eta)
-
-    def _upload(self, fraction: float) -> None:
-        now = self._time.monotonic()
-        if self.tty and (fraction >= 1.0 or now - self._last_draw > 0.05):
-            self._last_draw = now
-            self._draw(f"uploading {self.label} {_bar(fraction)} {fraction:4.0%} of {_size(self.total)}")
-
-    def _fitting(self) -> None:
-        if self.uploaded is not None:
-            return
-        self.uploaded = self._time.monotonic()
-        if not self.tty:
-            return
-        import threading
-
-        def tick() -> None:
-            spinner = "|/-\\"
-            index = 0
-            while not self._stop.wait(0.1):
-                with self._lock:
-                    if self._job is None:
-                        self._draw(f"fitting {spinner[index % 4]} {self._time.monotonic() - self.uploaded:5.1f} s")
-                index += 1
-
-        self._ticker = threading.Thread(target=tick, daemon=True)
-        self._ticker.start()
-
-    def _job_state(self, state: str, fraction: float | None, eta: float | None) -> None:
-        self._job = state
-        if self.tty:
-            left = f", about {eta:.0f} s left" if eta is not None else ""
-            done = f" {_bar(fraction)} {fraction:4.0%}" if fraction is not None else ""
-            self._draw(f"fit job {state}{done}{left}")
-
-    def finish(self, ok: bool) -> None:
-        self._stop.set()
-        if self._ticker is not None:
-            self._ticker.join()
-        with self._lock:
-            if self.tty:
-                self._draw("")
-            if ok:
-                now = self._time.monotonic()
-                uploaded = self.uploaded or now
-                self.stream.write(
-                    f"uploaded {self.label} ({_size(self.total)}) in {uploaded - self.started:.1f} s, "
-                    f"fitted in {now - uploaded:.1f} s\n"
-                )
-            self.stream.flush()
-
-    def _draw(self, text: str) -> None:
-        self.stream.write("\r\x1b[K" + text)
-        self.stream.flush()
-
-
-def _bar(fraction: float, width: int = 24) -> str:
-    filled = int(round(max(0.0, min(fraction, 1.0)) * width))
-    return "[" + "#" * filled + "." * (width - filled) + "]"
-
-
-def _size(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
-
-
-def _number(value: object, width: int = 9) -> str:
-    if value is None:
-        return "-".rjust(width)
-    if isinstance(value, float):
-        return f"{value:{width}.4f}"
-    return str(value).rjust(width)
 
 
 def _parse_options(text: str | None) -> dict:
@@ -385,7 +113,7 @@ def _fit(args: argparse.Namespace) -> int:
     options = _parse_options(args.options)
     size = path.stat().st_size
     job = args.job == "always" or (args.job == "auto" and size >= JOB_THRESHOLD_BYTES)
-    progress = _Progress(path.name, size)
+    progress = Progress(path.name, size)
     with _client(args) as client:
         try:
             fitted = client.fit_file(
@@ -396,19 +124,10 @@ def _fit(args: argparse.Namespace) -> int:
             progress.finish(ok=False)
             raise
         progress.finish(ok=True)
-    _print_fit(fitted)
+    print_fit(fitted)
     return 0
 
 
-def _print_fit(fitted) -> None:
-    chosen = f" (chose {fitted.chosen})" if fitted.chosen else ""
-    state = "current" if fitted.current else "not current: promote it to serve it"
-    print(f"{fitted.name} version {fitted.version} ({state}): {fitted.method}{chosen}, {fitted.n_samples} holdout rows")
-    metrics = [m for m in ("ece", "brier", "log_loss") if m in fitted.before or m in fitted.after]
-    print(f"{'metric':<10} {'before':>9} {'after':>9}")
-    for metric in metrics:
-        print(f"{metric:<10} {_number(fitted.before.get(metric))} {_number(fitted.after.get(metric))}")
-    print("(after: cross-fitted, each row scored by a calibrator fitted without it)")
 
 
 def _read_csv(path: str) -> tuple[list[str], list[list[str]]]:
@@ -532,17 +251,13 @@ def _write_calibration(result, kept: list[tuple[str, list[str]]], output: str | 
     try:
         writer = csv.writer(stream, lineterminator="\n")
         writer.writerow(names)
-        cells = [[_cell(v) for v in column.tolist()] for column in columns]
+        cells = [[format_cell(v) for v in column.tolist()] for column in columns]
         writer.writerows(zip(*cells))
     finally:
         if output:
             stream.close()
 
 
-def _cell(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return "" if value is None else str(value)
 
 
 def _evaluate(args: argparse.Namespace) -> int:
@@ -569,7 +284,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     print(f"{len(labels)} predictions from {args.file}")
     print(f"{'metric':<22} {'value':>9}" + (f"  {args.level:.0%} interval" if with_ci else ""))
     for name, metric in evaluation.metrics.items():
-        line = f"{name:<22} {_number(metric.get('value'))}"
+        line = f"{name:<22} {format_number(metric.get('value'))}"
         if with_ci and metric.get("ci"):
             low, high = metric["ci"]
             line += f"  [{low:.4f}, {high:.4f}]"
@@ -607,7 +322,7 @@ def _report(args: argparse.Namespace) -> int:
     with _client(args) as client:
         report = client.report(args.name, format=fmt, version=args.version, hours=args.hours)
     if args.format == "text":
-        text = _report_text(report)
+        text = report_text(report)
     elif args.format == "json":
         text = json.dumps(report, indent=2)
     else:
@@ -626,49 +341,6 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report_text(report: dict) -> str:
-    lines = []
-    current = "current" if report["version"] == report.get("current_version") else "not current"
-    lines.append(
-        f"{report['calibrator']} version {report['version']} ({current}): {report['method']}, input {report['input']}, "
-        f"{report['n_classes']} classes, {report['n_samples']} holdout samples, created {str(report['created_at'])[:19]}"
-    )
-    chosen = (report.get("fit") or {}).get("chosen")
-    if chosen:
-        lines.append(f"auto chose {chosen}")
-    holdout = report.get("holdout") or {}
-    lines.append("")
-    lines.append(f"{'holdout':<24} {'ece':>9} {'brier':>9} {'log_loss':>9}")
-    for part, label in (("before", "raw scores"), ("after", "calibrated (cross-fit)")):
-        metrics = (holdout.get(part) or {}).get("metrics", {})
-        values = [(metrics.get(m) or {}).get("value") for m in ("ece", "brier", "log_loss")]
-        lines.append(f"{label:<24} " + " ".join(_number(v) for v in values))
-    feedback = report.get("feedback") or {}
-    windows = feedback.get("windows") or {}
-    if windows:
-        lines.append("")
-        lines.append(f"{'feedback window':<24} {'samples':>9} {'ece':>9} {'brier':>9} {'log_loss':>9}")
-        for window, metrics in windows.items():
-            samples = metrics.get("samples")
-            values = [metrics.get(m) for m in ("ece", "brier", "log_loss")]
-            lines.append(f"{window:<24} {int(samples or 0):>9} " + " ".join(_number(v) for v in values))
-    drift = feedback.get("drift") or {}
-    if drift:
-        state = "ALARM" if drift.get("alarm") else "no alarm"
-        lines.append("")
-        lines.append(
-            f"drift: {state} (log e-value {drift.get('log_evalue', 0.0):.2f}, alarm at {drift.get('threshold', 0.0):.2f}; "
-            f"{drift.get('samples', 0)} labels)"
-        )
-    versions = report.get("versions") or []
-    if versions:
-        lines.append("")
-        lines.append(f"{'version':<8} {'method':<16} {'samples':>9} {'ece after':>9}  created")
-        for v in versions:
-            mark = "*" if v.get("current") else " "
-            ece = (v.get("after") or {}).get("ece")
-            lines.append(f"{mark}{v['version']:<7} {v['method']:<16} {v['n_samples']:>9} {_number(ece)}  {str(v['created_at'])[:19]}")
-    return "\n".join(lines)
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -734,24 +406,6 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-class HelpFormatter(argparse.HelpFormatter):
-    """Says each option's default in its help, unless the help already says it."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        unset = action.default is None or action.default is argparse.SUPPRESS or isinstance(action.default, bool)
-        if "default" in text or unset or not action.option_strings:
-            return text
-        return f"{text} (default: %(default)s)"
-
-
-def with_defaults_shown(parser: argparse.ArgumentParser) -> None:
-    """Use HelpFormatter for the parser and every subcommand's parser."""
-    parser.formatter_class = HelpFormatter
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for child in action.choices.values():
-                with_defaults_shown(child)
 
 
 def add_client_commands(commands) -> None:
@@ -837,58 +491,3 @@ def add_client_commands(commands) -> None:
     predictor.add_argument("--model", help="with --set: the model's name on the predictor (default: the calibrator's)")
     predictor.add_argument("--output-name", metavar="OUTPUT",
                            help="with --set: the predictor's output to calibrate (default: CALIBD_PREDICTOR_OUTPUT)")
-
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="calibd", description="The calibd calibration service.")
-    parser.add_argument("--version", action="version", version=f"calibd {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
-
-    serve = commands.add_parser("serve", help="serve the HTTP API",
-                                description="Serve the HTTP API. Settings come from CALIBD_* environment variables "
-                                "(README: Configuration); CALIBD_DATABASE_URL defaults to ./calibd.db (SQLite).")
-    serve.add_argument("--host", default="127.0.0.1",
-                       help="address to listen on (another than loopback needs an API key: calibd keys create)")
-    serve.add_argument("--port", type=int, default=8000, help="port to listen on")
-    serve.add_argument("--workers", type=int, default=1, help="serving processes (each with its own fit workers)")
-    serve.add_argument("--grpc-port", type=int, metavar="PORT",
-                       help="also serve the inference protocol (KServe v2) over gRPC on this port, in the same processes")
-    serve.add_argument("--predictor", metavar="URL",
-                       help="transformer mode: the inference protocol server whose model outputs calibd calibrates, "
-                       "http(s)://host:port (REST) or grpc://host:port (gRPC): the default of calibrators with no "
-                       "predictor stored with them (calibd predictor NAME --set URL) nor in CALIBD_PREDICTORS")
-    # The arguments KServe gives a transformer container: the predictor's host:port; the model's name
-    # (calibd serves each calibrator under its own); the port to listen on.
-    serve.add_argument("--predictor_host", help=argparse.SUPPRESS)
-    serve.add_argument("--model_name", help=argparse.SUPPRESS)
-    serve.add_argument("--http_port", dest="port", type=int, help=argparse.SUPPRESS)
-    serve.set_defaults(handler=_serve)
-
-    migrate = commands.add_parser("migrate", help="apply pending database migrations")
-    migrate.set_defaults(handler=_migrate)
-
-    keys = commands.add_parser("keys", help="manage API keys").add_subparsers(dest="keys_command", required=True)
-    create = keys.add_parser("create", help="create a key and print it (once)")
-    create.add_argument("--scope", action="append", required=True, choices=["admin", "calibrate", "feedback", "read"],
-                        help="what the key may do; repeat for several scopes")
-    create.add_argument("--expires", type=_parse_duration, help="lifetime such as 30d, 12h or 90m (default: never)")
-    create.add_argument("--description", default="", help="a note to tell keys apart (default: empty)")
-    create.set_defaults(handler=_keys_create)
-    keys.add_parser("list", help="list keys (never the keys themselves)").set_defaults(handler=_keys_list)
-    revoke = keys.add_parser("revoke", help="revoke a key by its id")
-    revoke.add_argument("key_id", help="the key's id, as calibd keys list shows it")
-    revoke.set_defaults(handler=_keys_revoke)
-
-    add_client_commands(commands)
-    with_defaults_shown(parser)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return args.handler(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -17,14 +17,7 @@ import numpy as np
 import orjson
 from fastapi import FastAPI
 
-from ..api.auth import authorize
-from ..api.health import readiness_problem
-from ..api.inference import core
-from ..api.inference.tensors import DTYPES, TensorError, check_shape, datatype_of, from_bytes, from_contents, to_bytes
-from ..api.problems import Problem
-from ..api.state import Services
-from ..storage.repository import NoCurrentVersion, NotFound
-from . import (
+from ...grpc_v2 import (
     SERVICE,
     ModelInferRequest,
     ModelInferResponse,
@@ -39,6 +32,13 @@ from . import (
     ServerReadyRequest,
     ServerReadyResponse,
 )
+from ...storage.repository import NoCurrentVersion, NotFound
+from ..auth import authorize
+from ..health import readiness_problem
+from ..problems import Problem
+from ..state import Services
+from . import core
+from .tensors import DTYPES, TensorError, check_shape, datatype_of, from_bytes, from_contents, to_bytes
 
 logger = logging.getLogger("calibd")
 

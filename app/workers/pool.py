@@ -1,0 +1,209 @@
+"""The pool of fit worker processes.
+
+Fits run in worker processes (spawned, at idle CPU priority, one BLAS thread each), so that
+a long fit neither holds the serving process's GIL nor delays /calibrate. A fit that runs past
+its time is stopped by killing its worker; a crashed worker is replaced. The job a worker runs
+is the pool's ``task``; asynchronous jobs report progress through ``worker_progress``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import multiprocessing
+import os
+import signal
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+from .spool import sweep_spool
+
+
+class PoolError(Exception):
+    """The pool could not finish a job: it ran past its time, or its worker died.
+
+    ``retry_after``: seconds after which the same job may succeed (None: not by waiting)."""
+
+    def __init__(self, detail: str, retry_after: int | None = None):
+        super().__init__(detail)
+        self.detail = detail
+        self.retry_after = retry_after
+
+
+# In a worker process: where progress reports go (set by the pool's initializer).
+_progress_queue: Any = None
+
+
+def worker_progress(job_id: str | None) -> Callable[[float, str], None] | None:
+    """In a worker: a function that reports ``(fraction, stage)`` of job ``job_id`` to the pool
+    (None for a job without id, or outside a worker)."""
+    if job_id is None or _progress_queue is None:
+        return None
+    queue = _progress_queue
+
+    def progress(fraction: float, stage: str) -> None:
+        queue.put((job_id, fraction, stage))
+
+    return progress
+
+
+def _ready() -> bool:
+    return True
+
+
+def init_worker(progress_queue: Any = None) -> None:
+    """Run fits at lower CPU priority, report progress to ``progress_queue``, and die with
+    the serving process (Linux)."""
+    global _progress_queue
+    _progress_queue = progress_queue
+    # Ctrl-C reaches the whole process group; the serving process stops this worker itself.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # One BLAS thread: fits are single-threaded by design, and on a busy machine
+    # threaded BLAS only contends with the serving process.
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1)
+    lower_priority()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the pool's own shutdown stops the workers
+        pass
+    # A serving process killed while this worker imported (seconds) died before the signal was
+    # asked for: the worker has been handed to another parent, and would wait for fits for ever.
+    parent = multiprocessing.parent_process()
+    if parent is not None and os.getppid() != parent.pid:
+        os._exit(0)
+
+
+def lower_priority() -> None:
+    """Let fits use only CPU time that serving does not want.
+
+    SCHED_IDLE (Linux) runs the worker only when no normal task is runnable, so a
+    calibration request preempts a fit at once; nice 10 alone still gives a fit
+    about a tenth of a contended core, which shows in /calibrate's tail latency.
+    """
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        return
+    except (AttributeError, OSError):  # not Linux, or not permitted
+        pass
+    try:
+        os.nice(10)
+    except OSError:  # not permitted here: run at normal priority
+        pass
+
+
+class FitPool:
+    """A pool of fit worker processes. ``workers=0`` fits in a thread of this process instead."""
+
+    def __init__(
+        self,
+        workers: int,
+        timeout_seconds: float,
+        spool_dir: str | None = None,
+        task: Callable[[Any, Callable[[float, str], None] | None], dict[str, Any]] | None = None,
+    ):
+        self.workers = workers
+        #: What a worker runs for each job: ``task(job, progress)`` (a module-level function,
+        #: so that it pickles by name), returning a dict of plain values.
+        self.task = task
+        self.timeout_seconds = timeout_seconds
+        #: Where large bodies are spooled (None: /dev/shm where writable, else the temporary directory).
+        self.spool_dir = spool_dir
+        self._executor: ProcessPoolExecutor | None = None
+        self._started: Future | None = None
+        #: The latest (fraction, stage) reported by each running asynchronous fit.
+        self.progress: dict[str, tuple[float, str]] = {}
+
+    def start(self) -> None:
+        """Remove the spool files of stopped processes, and start the workers now (in the
+        background), so that the first fit does not wait for them."""
+        sweep_spool(self.spool_dir)
+        if self.workers:
+            self._pool()
+
+    def _pool(self) -> ProcessPoolExecutor:
+        if self._executor is None:
+            context = multiprocessing.get_context("spawn")
+            queue = context.Queue()
+            self._executor = ProcessPoolExecutor(
+                max_workers=self.workers, mp_context=context, initializer=init_worker, initargs=(queue,)
+            )
+            self._started = self._executor.submit(_ready)
+            self._queue = queue
+            self._collector = threading.Thread(target=self._collect_progress, args=(queue,), daemon=True)
+            self._collector.start()
+        return self._executor
+
+    def _collect_progress(self, queue: Any) -> None:
+        while True:
+            try:
+                report = queue.get()
+            except (EOFError, OSError, ValueError):
+                return
+            if report is None:  # the pool was stopped
+                return
+            job_id, fraction, stage = report
+            self.progress[job_id] = (fraction, stage)
+
+    async def fit(self, job: Any) -> dict[str, Any]:
+        """What ``task`` returned for ``job``; raises PoolError for a timeout or a crashed worker."""
+        if self.workers == 0:
+
+            def progress(fraction: float, stage: str) -> None:
+                if job.job_id is not None:
+                    self.progress[job.job_id] = (fraction, stage)
+
+            outcome = await asyncio.wait_for(asyncio.to_thread(self.task, job, progress), self.timeout_seconds)
+        else:
+            pool = self._pool()
+            try:
+                # A worker's start (imports take seconds) does not count against the fit's time.
+                await asyncio.wrap_future(self._started)
+                future = pool.submit(self.task, job, None)
+                outcome = await asyncio.wait_for(asyncio.wrap_future(future), self.timeout_seconds)
+            except asyncio.TimeoutError:
+                self._restart()
+                raise PoolError(
+                    f"the fit took longer than {self.timeout_seconds:g} s (CALIBD_FIT_TIMEOUT_SECONDS) and was stopped"
+                ) from None
+            except BrokenProcessPool:
+                self._restart()
+                raise PoolError(
+                    "the fit worker stopped unexpectedly (out of memory?); try a smaller holdout", retry_after=5
+                ) from None
+        return outcome
+
+    def _restart(self, wait: bool = False) -> None:
+        """Kill the workers (a timed-out fit cannot be cancelled otherwise) and start afresh on next use."""
+        executor, self._executor = self._executor, None
+        if executor is None:
+            return
+        self._queue.put(None)
+        for process in list((getattr(executor, "_processes", None) or {}).values()):
+            process.kill()
+        executor.shutdown(wait=wait, cancel_futures=True)
+
+    def close(self) -> None:
+        """Stop the workers; a fit still running was never acknowledged, so nothing is lost.
+
+        Everything the pool holds is released here, before the process ends: uvicorn ends a
+        signalled process by raising the signal again, past atexit, so queues left for exit
+        would stay registered with multiprocessing's resource tracker, which then warns of
+        "leaked semaphore objects" at every stop.
+        """
+        queue, collector = getattr(self, "_queue", None), getattr(self, "_collector", None)
+        self._restart(wait=True)  # the executor's queues closed, its threads joined
+        if queue is not None:
+            if collector is not None:
+                collector.join(timeout=5)
+            queue.close()
+            queue.join_thread()
+        self._queue = self._collector = None
+        del queue, collector
+        gc.collect()  # the queues' semaphores are unlinked as their objects go
