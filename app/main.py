@@ -21,7 +21,7 @@ from .api.calibrators.fit_pool import FitPool
 from .api.inference import transformer
 from .api.feedback.router import count_joins
 from .api.logs import configure_logging, flush_logs
-from .api.observability import PREDICTION_LOG_DROPPED, make_registry
+from .api.observability import PREDICTION_LOG_DROPPED, flush_request_metrics, make_registry
 from .api.state import Services
 from .config import Settings, get_settings
 from .storage import feedback as feedback_store
@@ -107,6 +107,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             # Every process sweeps: a label may reach a replica other than the one whose log holds its prediction.
             count_joins(feedback_store.sweep_pending(sessions, pending_join))
 
+        async def flush_pending_metrics() -> None:  # a coroutine: it runs in the loop's thread, no wake-up
+            flush_request_metrics()
+
         async def recalibrate() -> None:
             await recalibration.run_loop_once(app.state.services)
 
@@ -123,6 +126,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             for job in (
                 (settings.version_poll_seconds, poll_registry_and_keys, "registry and key poll"),
                 (0.2, flush_prediction_log, "prediction log write"),
+                (settings.metrics_flush_seconds, flush_pending_metrics, "request metrics flush"),
                 (600, purge, "retention purge"),
                 (settings.pending_label_sweep_seconds, sweep_pending_labels, "pending label sweep"),
                 (10, lambda: sweep_interrupted(sessions), "fit job sweep"),
@@ -141,6 +145,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await run_in_threadpool(prediction_log.write, prediction_log.take())
             app.state.services.fit_pool.close()
             engine.dispose()
+            flush_request_metrics()
             flush_logs()
 
     app = FastAPI(
