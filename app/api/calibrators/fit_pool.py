@@ -228,6 +228,7 @@ def run_fit(job: FitJob, progress: Callable[[float, str], None] | None = None) -
         def progress(fraction: float, stage: str) -> None:
             queue.put((job.job_id, fraction, stage))
 
+    run_started = time.perf_counter()
     try:
         fit, holdout, to_problem = _parse(job)
         scores, labels, sample_weight, classes = (
@@ -263,7 +264,8 @@ def run_fit(job: FitJob, progress: Callable[[float, str], None] | None = None) -
                 "segments": segments,
                 "predictor": None if getattr(fit, "predictor", None) is None else fit.predictor.model_dump(),
                 "elapsed_seconds": time.perf_counter() - started,
-            }
+            },
+            "run_seconds": time.perf_counter() - run_started,
         }
     except Problem as problem:
         return {"problem": {"status": problem.status, "detail": problem.detail, "errors": problem.errors}}
@@ -285,7 +287,17 @@ def _parse(job: FitJob) -> tuple[FitRequest, dict[str, Any], Callable[[Calibrati
     return fit, holdout, lambda error: input_error(error, ("holdout",))
 
 
-def _ready() -> bool:
+def _warm_up() -> bool:
+    """Run a small fit of the usual methods, so that the first real fit finds the modules imported
+    and the code paths warm (a spawned worker imports them on first use: seconds)."""
+    rng = np.random.default_rng(0)
+    scores = rng.random(200)
+    labels = (rng.random(200) < scores).astype(int)
+    for method in ("isotonic", "platt"):
+        try:
+            fit_calibrator(method, "probability", {}, scores, labels, None)
+        except Exception:  # a warm-up only: a real fit reports its own errors
+            logger.exception("fit worker warm-up (%s) failed", method)
     return True
 
 
@@ -343,15 +355,23 @@ class FitPool:
         self.spool_dir = spool_dir
         self._executor: ProcessPoolExecutor | None = None
         self._started: Future | None = None
+        #: The warm-up of the workers started at start-up: readiness waits for it (``warm``).
+        self._first_start: Future | None = None
         #: The latest (fraction, stage) reported by each running asynchronous fit.
         self.progress: dict[str, tuple[float, str]] = {}
 
     def start(self) -> None:
         """Remove the spool files of stopped processes, and start the workers now (in the
-        background), so that the first fit does not wait for them."""
+        background, warmed by a small fit), so that the first fit does not wait for them."""
         sweep_spool(self.spool_dir)
         if self.workers:
             self._pool()
+            self._first_start = self._started
+
+    def warm(self) -> bool:
+        """Whether the workers started at start-up are ready to fit (or failed to start, which a
+        fit reports). /readyz waits for it: the first fit after a start is as fast as the next."""
+        return self._first_start is None or self._first_start.done()
 
     def _pool(self) -> ProcessPoolExecutor:
         if self._executor is None:
@@ -360,7 +380,7 @@ class FitPool:
             self._executor = ProcessPoolExecutor(
                 max_workers=self.workers, mp_context=context, initializer=_init_worker, initargs=(queue,)
             )
-            self._started = self._executor.submit(_ready)
+            self._started = self._executor.submit(_warm_up)
             self._queue = queue
             self._collector = threading.Thread(target=self._collect_progress, args=(queue,), daemon=True)
             self._collector.start()
@@ -378,7 +398,12 @@ class FitPool:
             self.progress[job_id] = (fraction, stage)
 
     async def fit(self, job: FitJob) -> dict[str, Any]:
-        """The fit's result; raises Problem for bad input, a timeout or a crashed worker."""
+        """The fit's result; raises Problem for bad input, a timeout or a crashed worker.
+
+        Its ``fit_seconds`` and ``summary.timings.wait`` count the time the fit waited for a
+        worker (one starting, or busy with another fit) and for its data to reach it and return.
+        """
+        asked = time.perf_counter()
         if self.workers == 0:
 
             def progress(fraction: float, stage: str) -> None:
@@ -389,7 +414,7 @@ class FitPool:
         else:
             pool = self._pool()
             try:
-                # A worker's start (imports take seconds) does not count against the fit's time.
+                # A worker's start (imports take seconds) does not count against the fit's timeout.
                 await asyncio.wrap_future(self._started)
                 future = pool.submit(run_fit, job)
                 outcome = await asyncio.wait_for(asyncio.wrap_future(future), self.timeout_seconds)
@@ -405,7 +430,11 @@ class FitPool:
         if "problem" in outcome:
             problem = outcome["problem"]
             raise Problem(problem["status"], problem["detail"], problem["errors"])
-        return outcome["result"]
+        result = outcome["result"]
+        waited = max(0.0, time.perf_counter() - asked - outcome["run_seconds"])
+        result["fit_seconds"] += waited
+        result["summary"].setdefault("timings", {})["wait"] = waited
+        return result
 
     def _restart(self, wait: bool = False) -> None:
         """Kill the workers (a timed-out fit cannot be cancelled otherwise) and start afresh on next use."""
