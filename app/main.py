@@ -16,7 +16,7 @@ from .api import (
     calibrate, calibrators, evaluate, feedback, health, inference, keys, observability, predictors, problems, recalibration,
     reports, segments, transfer,
 )
-from .api.edge import Edge
+from .api.edge import EdgeFirst
 from .api.calibrators.fit_pool import FitPool
 from .api.inference import transformer
 from .api.feedback.router import count_joins
@@ -148,7 +148,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             flush_request_metrics()
             flush_logs()
 
-    app = FastAPI(
+    app = EdgeFirst(
         title="calibd",
         version=__version__,
         summary="Fit, store and serve calibrators for classifier scores.",
@@ -165,7 +165,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         health, observability, segments, predictors,
     ):
         app.include_router(module.router)
-    # One layer: request id, body limit, duration histogram, access line; and the shortcut to
-    # the routes served by plain ASGI endpoints (/calibrate).
-    app.add_middleware(Edge, max_bytes=settings.max_body_bytes)
+    # One layer in front of everything: request id, body limit, duration histogram, access line;
+    # and the shortcut to the routes served by plain ASGI endpoints (/calibrate).
+    app.put_edge_in_front(settings.max_body_bytes)
     return app

@@ -1,4 +1,4 @@
-"""Where a served request's time goes: py-spy on `calibd serve` and on the bare echo, by part.
+"""Where a served request's time goes: py-spy on `calibd serve` and on the two bare echoes, by part.
 
     .venv/bin/python benchmarks/hot_path_profile.py [--workloads 1b,1c,1d] [--seconds 8] [--py-spy PATH]
     .venv/bin/python benchmarks/hot_path_profile.py --raw profile.txt --rate 1504 --label "..."  # a saved profile
@@ -124,12 +124,13 @@ def main(argv: list[str] | None = None) -> int:
     labels = {key: label for key, label, *_ in ct.WORKLOADS}
     started_machine = machine()
     columns = {}
-    with Server() as server, EchoServer(workers=server.workers) as echo:
+    with Server() as server, EchoServer(workers=server.workers) as echo, EchoServer(server.workers, raw=True) as raw_echo:
         ct.fit_calibrators(server, np.random.default_rng(1))
-        cpus = split_cpus(server.serving_pids() + echo.serving_pids())
+        cpus = split_cpus(server.serving_pids() + echo.serving_pids() + raw_echo.serving_pids())
         auth = server.headers["Authorization"]
         for key in args.workloads.split(","):
             for name, pid, url in (("/calibrate", server.process.pid, server.url + "/calibrate"),
+                                   ("raw ASGI echo", raw_echo.process.pid, raw_echo.url),
                                    ("bare echo", echo.process.pid, echo.url)):
                 raw, rate = record(py_spy, pid, url, payloads[key], auth, args.seconds, cpus)
                 parts, total = categorise(raw)
