@@ -43,6 +43,7 @@ against PostgreSQL (the hot path never reads the database after warm-up).
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -148,6 +149,8 @@ def measure(server: Server, echo: EchoServer, payloads: dict[str, bytes], runs: 
     if numpy_path is not None:
         pids["numpy"] = numpy_path.serving_pids()
     cpus = split_cpus([pid for group in pids.values() for pid in group])  # the servers on one core, wrk on the other
+    if cpus:  # this process, which reads calibd's log lines as a log collector would, off the servers' core too
+        os.sched_setaffinity(0, cpus)
     targets = {  # route: (url, body of the workload, pids)
         "echo": (echo.url, None, pids["echo"]),
         **({"raw": (raw.url, None, pids["raw"])} if raw is not None else {}),
@@ -295,7 +298,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"`benchmarks/calibrate_throughput.py --runs {args.runs} --seconds {args.seconds:g} --connections {args.connections}`; "
         f"{started_machine}. Each server a process of its own, one uvicorn worker, pinned together to one core; "
-        f"wrk -t1 -c{args.connections} on the other, each server in turn per run. calibd: `calibd serve`, auth on "
+        f"wrk -t1 -c{args.connections} and this process (reading calibd's log lines from its pipe, as a log collector "
+        "would) on the other, each server in turn per run. calibd: `calibd serve`, auth on "
         "(one key), JSON access log on, request metrics on. Bare echo: benchmarks/echo_app.py, FastAPI + orjson on "
         "the same uvicorn flags, answering the scores it was sent. Raw ASGI echo: benchmarks/echo_app.py --raw, the same "
         "answer from a plain ASGI callable (orjson in and out), no framework: what uvicorn itself costs. In-app baseline: `POST /benchmark/calibrate-baseline`, "

@@ -12,6 +12,8 @@ belongs to one of the parts below (leaf first); a part's time per request is
 its share of the samples times the wall time per request at the rate wrk saw
 while py-spy ran (one worker on one core: the server is busy all the time).
 Sampling slows the server a little; the shares, not the rates, are the figure.
+Samples of a thread waiting (the log writer asleep, an idle worker thread)
+are left out: py-spy counts some of them as active, and they cost no CPU.
 ``--raw`` categorises a profile saved before (py-spy ``-f raw``).
 """
 
@@ -46,6 +48,8 @@ PARTS = [
     ("uvicorn HTTP (httptools parse, send)", r"uvicorn/protocols/|uvicorn/middleware/"),
 ]
 OTHER = "event loop, sockets, other (uvloop: Runner.run's own time)"
+#: Leaf frames of a thread that waits (asleep, or for work): py-spy counts some such samples as active; not CPU.
+WAITING = re.compile(r"^(Condition\.wait|Event\.wait|Queue\.get|BackgroundStreamHandler\._write_forever|select|sleep) \(")
 
 
 def categorise(raw: str) -> tuple[collections.Counter, int]:
@@ -57,6 +61,8 @@ def categorise(raw: str) -> tuple[collections.Counter, int]:
         if not count.isdigit():
             continue
         n = int(count)
+        if WAITING.match(stack.rsplit(";", 1)[-1]):
+            continue
         total += n
         for frame in reversed(stack.split(";")):
             name = next((name for name, pattern in compiled if pattern.search(frame)), None)

@@ -287,7 +287,11 @@ def _parse(job: FitJob) -> tuple[FitRequest, dict[str, Any], Callable[[Calibrati
     return fit, holdout, lambda error: input_error(error, ("holdout",))
 
 
-def _warm_up() -> bool:
+def _ready() -> bool:
+    return True
+
+
+def _warm_up() -> None:
     """Run a small fit of the usual methods, so that the first real fit finds the modules imported
     and the code paths warm (a spawned worker imports them on first use: seconds)."""
     rng = np.random.default_rng(0)
@@ -298,12 +302,11 @@ def _warm_up() -> bool:
             fit_calibrator(method, "probability", {}, scores, labels, None)
         except Exception:  # a warm-up only: a real fit reports its own errors
             logger.exception("fit worker warm-up (%s) failed", method)
-    return True
 
 
 def _init_worker(progress_queue: Any = None) -> None:
-    """Run fits at lower CPU priority, report progress to ``progress_queue``, and die with
-    the serving process (Linux)."""
+    """Warm up (``_warm_up``), then run fits at lower CPU priority, report progress to
+    ``progress_queue``, and die with the serving process (Linux)."""
     global _progress_queue
     _progress_queue = progress_queue
     # Ctrl-C reaches the whole process group; the serving process stops this worker itself.
@@ -313,6 +316,8 @@ def _init_worker(progress_queue: Any = None) -> None:
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(1)
+    # At normal priority: at SCHED_IDLE, on a busy machine, the warm-up (and so readiness) could wait minutes.
+    _warm_up()
     _lower_priority()
     try:
         import ctypes
@@ -380,7 +385,7 @@ class FitPool:
             self._executor = ProcessPoolExecutor(
                 max_workers=self.workers, mp_context=context, initializer=_init_worker, initargs=(queue,)
             )
-            self._started = self._executor.submit(_warm_up)
+            self._started = self._executor.submit(_ready)  # done once a worker has started and warmed up
             self._queue = queue
             self._collector = threading.Thread(target=self._collect_progress, args=(queue,), daemon=True)
             self._collector.start()
