@@ -195,7 +195,7 @@ class Server:
         return self.log_path.read_text() if self.log == "file" else "".join(self._tail)
 
     def _wait_ready(self) -> None:
-        wait_ready(self.process, self.url + "/readyz", 60, "calibd serve", self.log_text)
+        wait_ready(self.process, self.url + "/readyz", 180, "calibd serve", self.log_text)  # a busy machine: minutes
         if self.workers > 1:  # every worker must be up before the load starts
             time.sleep(2.0)
 
