@@ -96,6 +96,9 @@ class Settings(BaseSettings):
     bootstrap_admin_key: str | None = None
     #: Require a key with the read scope for /metrics (open by default, as Prometheus expects).
     metrics_require_key: bool = False
+    #: How often each process adds its pending request metrics to the Prometheus ones (api/pending_metrics.py):
+    #: with several workers, a scrape sees another worker's requests at most this much later.
+    metrics_flush_seconds: float = Field(default=1.0, gt=0)
 
     #: Serve the inference protocol over gRPC on this port too (``calibd serve --grpc-port``); None: no gRPC.
     grpc_port: int | None = Field(default=None, ge=0, le=65535)

@@ -16,13 +16,13 @@ from .api import (
     calibrate, calibrators, evaluate, feedback, health, inference, keys, observability, predictors, problems, recalibration,
     reports, segments, transfer,
 )
-from .api.edge import Edge
-from .api.calibrators.fit_job import run_fit
+from .api.edge import EdgeFirst
+from .api.calibrators.fit_job import run_fit, warm_up
 from .workers.pool import FitPool
 from .api.inference import transformer
 from .api.feedback.router import count_joins
 from .api.logs import configure_logging, flush_logs
-from .api.observability import PREDICTION_LOG_DROPPED, make_registry
+from .api.observability import PREDICTION_LOG_DROPPED, flush_request_metrics, make_registry
 from .api.state import Services
 from .config import Settings, get_settings
 from .storage import feedback as feedback_store
@@ -83,7 +83,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             prediction_log=prediction_log,
             metrics_registry=make_registry(sessions),
             keyring=keyring,
-            fit_pool=FitPool(settings.fit_workers, settings.fit_timeout_seconds, settings.spool_dir, task=run_fit),
+            fit_pool=FitPool(settings.fit_workers, settings.fit_timeout_seconds, settings.spool_dir, task=run_fit, warm_up=warm_up),
         )
 
         app.state.services.fit_pool.start()
@@ -108,6 +108,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             # Every process sweeps: a label may reach a replica other than the one whose log holds its prediction.
             count_joins(feedback_store.sweep_pending(sessions, pending_join))
 
+        async def flush_pending_metrics() -> None:  # a coroutine: it runs in the loop's thread, no wake-up
+            flush_request_metrics()
+
         async def recalibrate() -> None:
             await recalibration.run_loop_once(app.state.services)
 
@@ -124,6 +127,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             for job in (
                 (settings.version_poll_seconds, poll_registry_and_keys, "registry and key poll"),
                 (0.2, flush_prediction_log, "prediction log write"),
+                (settings.metrics_flush_seconds, flush_pending_metrics, "request metrics flush"),
                 (600, purge, "retention purge"),
                 (settings.pending_label_sweep_seconds, sweep_pending_labels, "pending label sweep"),
                 (10, lambda: sweep_interrupted(sessions), "fit job sweep"),
@@ -142,9 +146,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await run_in_threadpool(prediction_log.write, prediction_log.take())
             app.state.services.fit_pool.close()
             engine.dispose()
+            flush_request_metrics()
             flush_logs()
 
-    app = FastAPI(
+    app = EdgeFirst(
         title="calibd",
         version=__version__,
         summary="Fit, store and serve calibrators for classifier scores.",
@@ -161,7 +166,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         health, observability, segments, predictors,
     ):
         app.include_router(module.router)
-    # One layer: request id, body limit, duration histogram, access line; and the shortcut to
-    # the routes served by plain ASGI endpoints (/calibrate).
-    app.add_middleware(Edge, max_bytes=settings.max_body_bytes)
+    # One layer in front of everything: request id, body limit, duration histogram, access line;
+    # and the shortcut to the routes served by plain ASGI endpoints (/calibrate).
+    app.put_edge_in_front(settings.max_body_bytes)
     return app

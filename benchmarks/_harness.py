@@ -125,11 +125,19 @@ def postgres_available() -> bool:
         return False
 
 
+def pinned(command: list[str], cpus: str | None) -> list[str]:
+    """``command`` run by ``taskset -c cpus`` (a list such as "0-3"); itself when ``cpus`` is None.
+    Every process and thread it starts inherits the set."""
+    return command if cpus is None else ["taskset", "-c", cpus, *command]
+
+
 class Server:
-    """``calibd serve`` in a child process of its own, with the benchmark routes on and auth on."""
+    """``calibd serve`` in a child process of its own, with the benchmark routes on and auth on
+    (``cpus``: the CPUs it and its workers may use, a taskset list)."""
 
     def __init__(self, database_url: str | None = None, workers: int = 1, env: dict[str, str] | None = None,
-                 log: str = "pipe", key: str | None = None):
+                 log: str = "pipe", key: str | None = None, cpus: str | None = None):
+        self.cpus = cpus
         self.tmp = Path(tempfile.mkdtemp(prefix="calibd-bench-"))
         self.database_url = database_url or f"sqlite:///{self.tmp / 'calibd.db'}"
         self.workers = workers
@@ -162,7 +170,7 @@ class Server:
     def __enter__(self) -> Server:
         self._log = open(self.log_path, "wb") if self.log == "file" else subprocess.PIPE
         self.process = subprocess.Popen(
-            [CALIBD, "serve", "--port", str(self.port), "--workers", str(self.workers)],
+            pinned([CALIBD, "serve", "--port", str(self.port), "--workers", str(self.workers)], self.cpus),
             env=self.env, stdout=self._log, stderr=subprocess.STDOUT, cwd=self.tmp,
         )
         if self.log != "file":
@@ -187,7 +195,7 @@ class Server:
         return self.log_path.read_text() if self.log == "file" else "".join(self._tail)
 
     def _wait_ready(self) -> None:
-        wait_ready(self.process, self.url + "/readyz", 60, "calibd serve", self.log_text)
+        wait_ready(self.process, self.url + "/readyz", 180, "calibd serve", self.log_text)  # a busy machine: minutes
         if self.workers > 1:  # every worker must be up before the load starts
             time.sleep(2.0)
 
@@ -226,10 +234,13 @@ class Server:
 
 class EchoServer:
     """The bare echo app (benchmarks/echo_app.py) in a process of its own, served as ``calibd serve``
-    serves calibd: uvicorn, the same flags, the same worker count. ``url`` is its POST route."""
+    serves calibd: uvicorn, the same flags, the same worker count. ``url`` is its POST route.
+    ``raw``: the plain ASGI echo (no FastAPI) instead of the FastAPI one."""
 
-    def __init__(self, workers: int = 1):
+    def __init__(self, workers: int = 1, raw: bool = False, cpus: str | None = None):
         self.workers = workers
+        self.raw = raw
+        self.cpus = cpus
         self.port = free_port()
         self.process: subprocess.Popen | None = None
 
@@ -238,8 +249,9 @@ class EchoServer:
         return f"http://127.0.0.1:{self.port}/echo"
 
     def __enter__(self) -> EchoServer:
+        command = [sys.executable, str(BENCH / "echo_app.py"), "--port", str(self.port), "--workers", str(self.workers)]
         self.process = subprocess.Popen(
-            [sys.executable, str(BENCH / "echo_app.py"), "--port", str(self.port), "--workers", str(self.workers)],
+            pinned(command + (["--raw"] if self.raw else []), self.cpus),
             cwd=BENCH, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         wait_ready(self.process, f"http://127.0.0.1:{self.port}/readyz", 60, "the echo server")

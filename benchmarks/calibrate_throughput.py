@@ -1,4 +1,4 @@
-"""/calibrate throughput against a bare echo server, MLServer and an in-app baseline (targets 1a-1d, 7).
+"""/calibrate throughput against two bare echo servers, MLServer and an in-app baseline (targets 1a-1d, 7, 32.1).
 
     .venv/bin/python benchmarks/calibrate_throughput.py [--runs 7] [--seconds 2] [--no-postgres] [--no-mlserver]
 
@@ -11,6 +11,9 @@ together to one core (``split_cpus``), wrk to the other:
     with the same flags and worker count, parsing the same body with orjson and
     answering an equal-sized orjson array; no middleware, auth, log or metrics.
     The floor a user would compare calibd with: every figure's ratio is to it;
+  * the raw ASGI echo (benchmarks/echo_app.py --raw): the same answer from a
+    plain ASGI callable on the same uvicorn flags, no framework: the floor of
+    any Python service on this server (targets 32.1a-d: /calibrate over it);
   * on SQLite, a second ``calibd serve`` with ``CALIBD_KERNELS=0``: the same
     service calibrating on numpy alone, without the compiled kernels
     (app/calibration/kernels.py); /calibrate over it is what they gain served;
@@ -40,6 +43,7 @@ against PostgreSQL (the hot path never reads the database after warm-up).
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -135,16 +139,21 @@ def agreement(calibd: Server, ml, payload: bytes) -> float:
 
 
 def measure(server: Server, echo: EchoServer, payloads: dict[str, bytes], runs: int, seconds: float,
-            connections: int, ml=None, numpy_path: Server | None = None) -> dict:
+            connections: int, ml=None, numpy_path: Server | None = None, raw: EchoServer | None = None) -> dict:
     auth = server.headers["Authorization"]
     pids = {"calibd": server.serving_pids(), "echo": echo.serving_pids()}
+    if raw is not None:
+        pids["raw"] = raw.serving_pids()
     if ml is not None:
         pids["mlserver"] = [ml.process.pid]
     if numpy_path is not None:
         pids["numpy"] = numpy_path.serving_pids()
     cpus = split_cpus([pid for group in pids.values() for pid in group])  # the servers on one core, wrk on the other
+    if cpus:  # this process, which reads calibd's log lines as a log collector would, off the servers' core too
+        os.sched_setaffinity(0, cpus)
     targets = {  # route: (url, body of the workload, pids)
         "echo": (echo.url, None, pids["echo"]),
+        **({"raw": (raw.url, None, pids["raw"])} if raw is not None else {}),
         "baseline": (server.url + "/benchmark/calibrate-baseline", None, pids["calibd"]),
         "calibrate": (server.url + "/calibrate", None, pids["calibd"]),
     }
@@ -202,16 +211,24 @@ def _cell(s: dict) -> str:
     return f"{fmt_rate(s['rate'])} ({s['p50'] * 1e3:.2f} / {s['p99'] * 1e3:.2f} ms)"
 
 
+#: Targets 32.1a-d: /calibrate over the raw ASGI echo, by workload.
+RAW_NEED = {"1a": 0.8, "1b": 0.8, "1c": 0.85, "1d": 0.8}
+
+
 def table(summary: dict[str, dict]) -> list[str]:
     ml = any("mlserver" in s for s in summary.values())
     numpy_path = any("numpy" in s for s in summary.values())
+    raw = any("raw" in s for s in summary.values())
     lines = [
-        "| workload | bare echo req/s (p50 / p99) | /calibrate req/s (p50 / p99) | **/calibrate / echo** (each run) "
+        "| workload | "
+        + ("raw ASGI echo req/s (p50 / p99) | **/calibrate / raw echo** (each run) | " if raw else "")
+        + "bare echo req/s (p50 / p99) | /calibrate req/s (p50 / p99) | **/calibrate / echo** (each run) "
         "| in-app baseline req/s (p50 / p99) | /calibrate / baseline "
         + ("| kernels off (CALIBD_KERNELS=0) req/s (p50 / p99) | /calibrate / kernels off " if numpy_path else "")
         + ("| MLServer req/s (p50 / p99) | /calibrate / MLServer " if ml else "")
-        + "| server CPU per request: echo / /calibrate | target |",
-        "|---|---:|---:|---|---:|---:|" + ("---:|---:|" if numpy_path else "") + ("---:|---:|" if ml else "") + "---:|---|",
+        + "| server CPU per request: " + ("raw echo / " if raw else "") + "echo / /calibrate | target |",
+        "|---|" + ("---:|---|" if raw else "") + "---:|---:|---|---:|---:|" + ("---:|---:|" if numpy_path else "")
+        + ("---:|---:|" if ml else "") + "---:|---|",
     ]
     for key, label, _, _, need in WORKLOADS:
         s = summary[key]
@@ -222,11 +239,18 @@ def table(summary: dict[str, dict]) -> list[str]:
         mlcells = ""
         if ml:
             mlcells = (f"| {_cell(s['mlserver'])} | **{s['mlserver']['ratio']:.2f}x** " if "mlserver" in s else "| | ")
+        raw_cells = raw_cpu = raw_target = ""
+        if "raw" in s:
+            raw_runs = ", ".join(f"{r:.2f}" for r in s["raw"]["ratios"])
+            raw_cells = f"{_cell(s['raw'])} | **{s['raw']['ratio']:.3f}** ({raw_runs}) | "
+            raw_cpu = f"{s['raw']['cpu'] * 1e6:.0f} / "
+            met = s["raw"]["ratio"] >= RAW_NEED[key]
+            raw_target = f"; >= {RAW_NEED[key]}x raw echo: {'met' if met else 'NOT met'}"
         lines.append(
-            f"| {label} | {_cell(s['echo'])} | {_cell(s['calibrate'])} | **{s['echo']['ratio']:.3f}** ({runs}) "
+            f"| {label} | {raw_cells}{_cell(s['echo'])} | {_cell(s['calibrate'])} | **{s['echo']['ratio']:.3f}** ({runs}) "
             f"| {_cell(s['baseline'])} | {s['baseline']['ratio']:.3f} {numpy_cells}{mlcells}"
-            f"| {s['echo']['cpu'] * 1e6:.0f} / {s['calibrate']['cpu'] * 1e6:.0f} us "
-            f"| >= {need}x echo: {'met' if s['echo']['ratio'] >= need else 'NOT met'} |"
+            f"| {raw_cpu}{s['echo']['cpu'] * 1e6:.0f} / {s['calibrate']['cpu'] * 1e6:.0f} us "
+            f"| >= {need}x echo: {'met' if s['echo']['ratio'] >= need else 'NOT met'}{raw_target} |"
         )
     return lines
 
@@ -256,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
             url = stack.enter_context(postgres_schema()) if kind == "postgres" else None
             server = stack.enter_context(Server(database_url=url))
             echo = stack.enter_context(EchoServer(workers=server.workers))
+            raw = stack.enter_context(EchoServer(workers=server.workers, raw=True))
             info[label] = fit_calibrators(server, np.random.default_rng(1))
             numpy_path = None
             if label == "SQLite":  # calibd on numpy alone: what the compiled kernels gain served
@@ -266,16 +291,18 @@ def main(argv: list[str] | None = None) -> int:
                 ml = stack.enter_context(mlserver(info[label]["holdout"]))
                 info[label]["agreement"] = agreement(server, ml, payloads[MLSERVER_WORKLOAD])
             summaries[label] = summarise(
-                measure(server, echo, payloads, args.runs, args.seconds, args.connections, ml, numpy_path))
+                measure(server, echo, payloads, args.runs, args.seconds, args.connections, ml, numpy_path, raw))
 
     lines = [
-        "## /calibrate throughput against a bare echo server (targets 1a-1d, 7)",
+        "## /calibrate throughput against two bare echo servers (targets 1a-1d, 7, 32.1a-d)",
         "",
         f"`benchmarks/calibrate_throughput.py --runs {args.runs} --seconds {args.seconds:g} --connections {args.connections}`; "
         f"{started_machine}. Each server a process of its own, one uvicorn worker, pinned together to one core; "
-        f"wrk -t1 -c{args.connections} on the other, each server in turn per run. calibd: `calibd serve`, auth on "
+        f"wrk -t1 -c{args.connections} and this process (reading calibd's log lines from its pipe, as a log collector "
+        "would) on the other, each server in turn per run. calibd: `calibd serve`, auth on "
         "(one key), JSON access log on, request metrics on. Bare echo: benchmarks/echo_app.py, FastAPI + orjson on "
-        "the same uvicorn flags, answering the scores it was sent. In-app baseline: `POST /benchmark/calibrate-baseline`, "
+        "the same uvicorn flags, answering the scores it was sent. Raw ASGI echo: benchmarks/echo_app.py --raw, the same "
+        "answer from a plain ASGI callable (orjson in and out), no framework: what uvicorn itself costs. In-app baseline: `POST /benchmark/calibrate-baseline`, "
         "everything /calibrate does but calibrating. Kernels off: a second `calibd serve` with CALIBD_KERNELS=0, "
         "calibrating on numpy alone (app/calibration/kernels.py). Ratios: median over runs of /calibrate req/s over the other's, "
         "measured back to back; p50 / p99 are wrk's medians over runs. "
@@ -301,6 +328,19 @@ def main(argv: list[str] | None = None) -> int:
                 f"; PostgreSQL {summaries['PostgreSQL'][key]['echo']['ratio']:.3f}x" if "PostgreSQL" in summaries else ""),
         )
         for key, label, _, _, need in WORKLOADS
+    ]
+    targets += [
+        Target(
+            key=f"32.1{key[1]}", target=f"/calibrate throughput, {label}, over a raw ASGI echo (no framework, orjson)",
+            figure=f"{fmt_rate(sqlite[key]['calibrate']['rate'])} req/s",
+            baseline=f"{fmt_rate(sqlite[key]['raw']['rate'])} req/s (p50 {sqlite[key]['raw']['p50'] * 1e3:.2f} ms, "
+                     f"p99 {sqlite[key]['raw']['p99'] * 1e3:.2f} ms), raw ASGI echo",
+            ratio=sqlite[key]["raw"]["ratio"], requirement=f">= {RAW_NEED[key]}x",
+            met=sqlite[key]["raw"]["ratio"] >= RAW_NEED[key],
+            note=f"SQLite; server CPU per request {sqlite[key]['calibrate']['cpu'] * 1e6:.0f} us against "
+                 f"{sqlite[key]['raw']['cpu'] * 1e6:.0f} us",
+        )
+        for key, label, _, _, _ in WORKLOADS if "raw" in sqlite[key]
     ]
     if "mlserver" in sqlite[MLSERVER_WORKLOAD]:
         s = sqlite[MLSERVER_WORKLOAD]

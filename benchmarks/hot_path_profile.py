@@ -1,4 +1,4 @@
-"""Where a served request's time goes: py-spy on `calibd serve` and on the bare echo, by part.
+"""Where a served request's time goes: py-spy on `calibd serve` and on the two bare echoes, by part.
 
     .venv/bin/python benchmarks/hot_path_profile.py [--workloads 1b,1c,1d] [--seconds 8] [--py-spy PATH]
     .venv/bin/python benchmarks/hot_path_profile.py --raw profile.txt --rate 1504 --label "..."  # a saved profile
@@ -12,6 +12,8 @@ belongs to one of the parts below (leaf first); a part's time per request is
 its share of the samples times the wall time per request at the rate wrk saw
 while py-spy ran (one worker on one core: the server is busy all the time).
 Sampling slows the server a little; the shares, not the rates, are the figure.
+Samples of a thread waiting (the log writer asleep, an idle worker thread)
+are left out: py-spy counts some of them as active, and they cost no CPU.
 ``--raw`` categorises a profile saved before (py-spy ``-f raw``).
 """
 
@@ -46,6 +48,8 @@ PARTS = [
     ("uvicorn HTTP (httptools parse, send)", r"uvicorn/protocols/|uvicorn/middleware/"),
 ]
 OTHER = "event loop, sockets, other (uvloop: Runner.run's own time)"
+#: Leaf frames of a thread that waits (asleep, or for work): py-spy counts some such samples as active; not CPU.
+WAITING = re.compile(r"^(Condition\.wait|Event\.wait|Queue\.get|BackgroundStreamHandler\._write_forever|select|sleep) \(")
 
 
 def categorise(raw: str) -> tuple[collections.Counter, int]:
@@ -57,6 +61,8 @@ def categorise(raw: str) -> tuple[collections.Counter, int]:
         if not count.isdigit():
             continue
         n = int(count)
+        if WAITING.match(stack.rsplit(";", 1)[-1]):
+            continue
         total += n
         for frame in reversed(stack.split(";")):
             name = next((name for name, pattern in compiled if pattern.search(frame)), None)
@@ -124,12 +130,13 @@ def main(argv: list[str] | None = None) -> int:
     labels = {key: label for key, label, *_ in ct.WORKLOADS}
     started_machine = machine()
     columns = {}
-    with Server() as server, EchoServer(workers=server.workers) as echo:
+    with Server() as server, EchoServer(workers=server.workers) as echo, EchoServer(server.workers, raw=True) as raw_echo:
         ct.fit_calibrators(server, np.random.default_rng(1))
-        cpus = split_cpus(server.serving_pids() + echo.serving_pids())
+        cpus = split_cpus(server.serving_pids() + echo.serving_pids() + raw_echo.serving_pids())
         auth = server.headers["Authorization"]
         for key in args.workloads.split(","):
             for name, pid, url in (("/calibrate", server.process.pid, server.url + "/calibrate"),
+                                   ("raw ASGI echo", raw_echo.process.pid, raw_echo.url),
                                    ("bare echo", echo.process.pid, echo.url)):
                 raw, rate = record(py_spy, pid, url, payloads[key], auth, args.seconds, cpus)
                 parts, total = categorise(raw)

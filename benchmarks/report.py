@@ -26,6 +26,7 @@ ORDER = [
     "feedback_ingest",
     "calibrate_memory",
     "workers",
+    "first_fit",
     "calibrate_profile",
     "hot_path_profile",
     "metrics",
@@ -56,8 +57,10 @@ TARGETS = {
     "4b": "POST /feedback into PostgreSQL, joined by prediction id",
     "4c": "POST /feedback into PostgreSQL, self-contained, over a plain psycopg COPY of the same rows",
     "5": "RSS growth over 100,000 /calibrate requests",
-    "6": "two uvicorn workers against one, 100 scores",
+    "6": "two uvicorn workers against one, 100 scores (replaced by 32.3a-b: benchmarks/workers.py now pins servers and wrk apart)",
     "7": "POST /calibrators, isotonic, 5,000,000 rows: Parquet against JSON",
+    "32.3a": "calibd at 8 uvicorn workers over 1, servers and wrk on disjoint cores (benchmarks/workers.py; needs 16 cores)",
+    "32.3b": "calibd over the raw ASGI echo at 8 workers (benchmarks/workers.py; needs 16 cores)",
 }
 
 

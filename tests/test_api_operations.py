@@ -179,4 +179,5 @@ def test_a_fit_past_its_timeout_is_stopped_and_the_service_carries_on(database_u
             assert stopped.status_code == 503 and "CALIBD_FIT_TIMEOUT_SECONDS" in stopped.json()["detail"]
             assert row_counts() == before
             assert http.get("/healthz").status_code == 200
-            assert http.post("/calibrators", json=small).status_code == 201  # a fresh worker takes over
+            again = http.post("/calibrators", json=small)
+            assert again.status_code == 201, again.text  # a fresh worker takes over

@@ -18,11 +18,11 @@ from datetime import datetime, timedelta, timezone
 import httpx
 import numpy as np
 import pytest
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from calibd.api.bodies import float_array
 from calibd.api.logs import JsonFormatter, _utc_milliseconds, format_access, new_request_id, request_id
-from calibd.api.observability import _observer
+from calibd.api.pending_metrics import PendingCounter, PendingHistogram
 from calibd.calibration import kernels
 from calibd.calibration._logistic import fit_logistic
 from calibd.calibration._multiclass import as_logits, softmax
@@ -305,22 +305,40 @@ def test_a_queued_access_entry_is_the_line_the_formatter_makes_of_its_record():
         assert json.loads(format_access((created, rid, method, path, route, status, duration))) == expected
 
 
-def test_the_duration_observer_counts_as_histogram_observe():
+def test_pending_metrics_add_up_to_what_prometheus_client_counts():
+    """Observations and increments counted by pending_metrics, flushed in several batches, give the
+    exposition prometheus-client's own observe/inc give."""
     registry = CollectorRegistry()
     buckets = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
-    reference = Histogram("reference_seconds", "r", buckets=buckets, registry=registry)
-    ours = Histogram("ours_seconds", "o", buckets=buckets, registry=registry)
-    observe = _observer(ours)
+    reference = Histogram("reference_seconds", "r", ["route"], buckets=buckets, registry=registry)
+    ours = PendingHistogram(Histogram("ours_seconds", "o", ["route"], buckets=buckets, registry=registry))
+    reference_total = Counter("reference_total", "r", ["name"], registry=registry)
+    ours_total = PendingCounter(Counter("ours_total", "o", ["name"], registry=registry))
     values = [*np.random.default_rng(3).exponential(0.01, 500), *buckets, 0.0, 11.0, 1e-9]
-    for value in values:
-        reference.observe(value)
-        observe(value)
+    for i, value in enumerate(values):
+        route = ("/a", "/b")[i % 2]
+        reference.labels(route).observe(value)
+        ours.observe((route,), value)
+        reference_total.labels(route).inc(i)
+        ours_total.inc((route,), i)
+        if i % 97 == 0:
+            ours.flush()
+            ours_total.flush()
 
     def samples(name: str) -> list[tuple]:
-        return [(s.name.replace(name, ""), s.labels.get("le"), s.value) for metric in registry.collect()
+        return [(s.name.replace(name, ""), s.labels, s.value) for metric in registry.collect()
                 for s in metric.samples if s.name.startswith(name) and not s.name.endswith("_created")]
 
-    assert samples("ours_seconds") == samples("reference_seconds")
+    assert samples("ours_seconds") != samples("reference_seconds")  # the last observations wait for a flush
+    ours.flush()
+    ours_total.flush()
+    # Counts exact; the sums added in another order agree to rounding.
+    exact = [(kind, labels, value) for kind, labels, value in samples("ours_seconds") if kind != "_sum"]
+    assert exact == [(kind, labels, value) for kind, labels, value in samples("reference_seconds") if kind != "_sum"]
+    sums = [value for kind, _, value in samples("ours_seconds") if kind == "_sum"]
+    assert sums == pytest.approx([value for kind, _, value in samples("reference_seconds") if kind == "_sum"], rel=1e-12)
+    assert len(sums) == 2 and len(exact) == 2 * (len(buckets) + 2)
+    assert samples("ours_total") == samples("reference_total")
 
 
 # -- feedback rows by COPY -------------------------------------------------------------------------------

@@ -1,4 +1,10 @@
-"""With several uvicorn workers, /metrics adds up every worker's counters."""
+"""With several uvicorn workers, /metrics adds up every worker's counters.
+
+Each worker counts its requests in plain numbers and adds them to its
+metrics file every CALIBD_METRICS_FLUSH_SECONDS (api/pending_metrics.py);
+the scraped worker adds its own before answering. So the totals are exact
+once every worker has flushed: at most one interval after the last request.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +20,16 @@ import numpy as np
 from .conftest import REPO, free_port
 
 
+FLUSH_SECONDS = 0.2
+
+
+def _sample(exposition: str, series: str) -> float:
+    """The value of one series of a Prometheus exposition (exactly as named, labels sorted as written)."""
+    values = [float(line.rsplit(" ", 1)[1]) for line in exposition.splitlines() if line.rsplit(" ", 1)[0] == series]
+    assert len(values) == 1, f"{series}: {values}"
+    return values[0]
+
+
 def test_counters_add_up_across_two_workers(tmp_path):
     port = free_port()
     metrics_dir = tmp_path / "metrics"
@@ -22,6 +38,7 @@ def test_counters_add_up_across_two_workers(tmp_path):
         "CALIBD_DATABASE_URL": f"sqlite:///{tmp_path / 'workers.db'}",
         "CALIBD_JSON_LOGS": "false",
         "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
+        "CALIBD_METRICS_FLUSH_SECONDS": str(FLUSH_SECONDS),
     }
     server = subprocess.Popen(
         [sys.executable, "-m", "calibd.cli", "serve", "--port", str(port), "--workers", "2"],
@@ -50,13 +67,19 @@ def test_counters_add_up_across_two_workers(tmp_path):
 
         with ThreadPoolExecutor(max_workers=8) as pool:
             assert set(pool.map(call, range(n))) == {200}
+        # Every worker flushes within FLUSH_SECONDS of its last request: after three intervals all have.
+        time.sleep(3 * FLUSH_SECONDS)
         # Each worker process keeps its own counter file; /metrics adds them up.
         assert len({path.name for path in metrics_dir.glob("counter_*.db")}) >= 2
-        exposition = httpx.get(f"{url}/metrics").text
-        requests = [line for line in exposition.splitlines() if line.startswith('calibd_calibrate_requests_total{calibrator="workers"}')]
-        scores_total = [line for line in exposition.splitlines() if line.startswith('calibd_calibrate_scores_total{calibrator="workers"}')]
-        assert requests and float(requests[0].split()[-1]) == n
-        assert scores_total and float(scores_total[0].split()[-1]) == 2 * n
+        for _ in range(2):  # and a second scrape, an interval later, counts nothing twice
+            exposition = httpx.get(f"{url}/metrics").text
+            assert _sample(exposition, 'calibd_calibrate_requests_total{calibrator="workers"}') == n
+            assert _sample(exposition, 'calibd_calibrate_scores_total{calibrator="workers"}') == 2 * n
+            labels = 'method="POST",route="/calibrate",status="200"'
+            assert _sample(exposition, f"calibd_request_duration_seconds_count{{{labels}}}") == n
+            assert _sample(exposition, f'calibd_request_duration_seconds_bucket{{le="+Inf",{labels}}}') == n
+            assert 0 < _sample(exposition, f"calibd_request_duration_seconds_sum{{{labels}}}") < n * 10
+            time.sleep(2 * FLUSH_SECONDS)
     finally:
         server.terminate()
         server.wait(timeout=60)

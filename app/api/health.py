@@ -1,4 +1,4 @@
-"""/healthz (the process is up) and /readyz (the database is reachable and migrated)."""
+"""/healthz (the process is up) and /readyz (the database is reachable and migrated, the fit workers started)."""
 
 from __future__ import annotations
 
@@ -45,4 +45,6 @@ async def readiness_problem(app: Services) -> Problem | None:
         return Problem(503, f"database unreachable: {type(error).__name__}", headers={"Retry-After": "5"})
     if problem:
         return Problem(503, problem)
+    if not app.fit_pool.warm():  # seconds after a start: a fit now would wait for them
+        return Problem(503, "the fit workers are starting", headers={"Retry-After": "1"})
     return None

@@ -15,6 +15,7 @@ import json
 import logging
 import math
 import os
+import random
 import re
 import sys
 import threading
@@ -208,10 +209,15 @@ def configure_logging(level: str = "INFO") -> None:
 
 
 def new_request_id() -> str:
-    """``uuid.uuid4().hex`` (version 4, RFC 4122 variant) without building a UUID object."""
-    value = int.from_bytes(os.urandom(16), "big")
+    """A version 4 UUID's hex (RFC 4122 variant), as ``uuid.uuid4().hex`` gives, from ``random``'s
+    generator (seeded from the system's, and again in a forked child): a request id names a
+    request in the logs, it guards nothing, and ``os.urandom`` was a system call a request."""
+    value = _random_bits(128)
     value = (value & ~(0xF000 << 64) | (4 << 76)) & ~(0xC000 << 48) | (0x8000 << 48)
     return f"{value:032x}"
+
+
+_random_bits = random.getrandbits
 
 
 def valid_request_id(given: str) -> bool:

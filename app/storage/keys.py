@@ -139,6 +139,8 @@ class KeyRing:
         self._digests: dict[str, tuple[str, KeyInfo]] = {}
         #: The same keys by their sha256 (raw bytes): a request's key is found by one hash and one lookup.
         self._by_digest: dict[bytes, KeyInfo] = {}
+        #: The SHA-256 of the keys presented lately: a client sends the same key with every request.
+        self._recent: dict[str, bytes] = {}
         self._fingerprint: tuple | None = None
         self._reread_by = 0.0
         #: False until the keys were read once: until then nothing is let through.
@@ -175,7 +177,12 @@ class KeyRing:
 
     def check(self, key: str, now: datetime | None = None) -> KeyInfo | None:
         """The key's info if it is known, active and matches; else None."""
-        info = self._by_digest.get(hashlib.sha256(key.encode()).digest())
+        digest = self._recent.get(key)
+        if digest is None:
+            if len(self._recent) >= _RECENT_KEYS:  # bounded, whatever keys are sent
+                self._recent = {}
+            digest = self._recent[key] = hashlib.sha256(key.encode()).digest()
+        info = self._by_digest.get(digest)
         if info is None:
             return None
         if info.revoked_at is None and info.expires_at is None:  # most keys: nothing to compare
@@ -195,6 +202,10 @@ class KeyRing:
     @staticmethod
     def digest(key: str) -> str:
         return _digest(key)
+
+
+#: How many presented keys' digests ``KeyRing.check`` keeps (a digest is a key's function: never stale).
+_RECENT_KEYS = 256
 
 
 def _by_digest(digests: dict[str, tuple[str, KeyInfo]]) -> dict[bytes, KeyInfo]:

@@ -14,6 +14,7 @@ import multiprocessing
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -54,9 +55,17 @@ def _ready() -> bool:
     return True
 
 
-def init_worker(progress_queue: Any = None) -> None:
-    """Run fits at lower CPU priority, report progress to ``progress_queue``, and die with
-    the serving process (Linux)."""
+def _timed(task: Callable[..., dict[str, Any]], job: Any) -> tuple[dict[str, Any], float]:
+    """``task(job, None)`` and the seconds it ran in this worker (the rest of a fit's wall time is waiting)."""
+    started = time.perf_counter()
+    outcome = task(job, None)
+    return outcome, time.perf_counter() - started
+
+
+def init_worker(progress_queue: Any = None, warm_up: Callable[[], None] | None = None) -> None:
+    """Warm up (``warm_up``: a small job, so that the first real one finds its modules imported),
+    then run jobs at lower CPU priority, report progress to ``progress_queue``, and die with the
+    serving process (Linux)."""
     global _progress_queue
     _progress_queue = progress_queue
     # Ctrl-C reaches the whole process group; the serving process stops this worker itself.
@@ -66,6 +75,9 @@ def init_worker(progress_queue: Any = None) -> None:
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(1)
+    if warm_up is not None:
+        # At normal priority: at SCHED_IDLE, on a busy machine, the warm-up (and so readiness) could wait minutes.
+        warm_up()
     lower_priority()
     try:
         import ctypes
@@ -107,16 +119,21 @@ class FitPool:
         timeout_seconds: float,
         spool_dir: str | None = None,
         task: Callable[[Any, Callable[[float, str], None] | None], dict[str, Any]] | None = None,
+        warm_up: Callable[[], None] | None = None,
     ):
         self.workers = workers
         #: What a worker runs for each job: ``task(job, progress)`` (a module-level function,
         #: so that it pickles by name), returning a dict of plain values.
         self.task = task
+        #: What each worker runs once when it starts (module-level too), before it takes jobs.
+        self.warm_up = warm_up
         self.timeout_seconds = timeout_seconds
         #: Where large bodies are spooled (None: /dev/shm where writable, else the temporary directory).
         self.spool_dir = spool_dir
         self._executor: ProcessPoolExecutor | None = None
         self._started: Future | None = None
+        #: The start of the workers begun at start-up: readiness waits for it (``warm``).
+        self._first_start: Future | None = None
         #: The latest (fraction, stage) reported by each running asynchronous fit.
         self.progress: dict[str, tuple[float, str]] = {}
 
@@ -126,15 +143,21 @@ class FitPool:
         sweep_spool(self.spool_dir)
         if self.workers:
             self._pool()
+            self._first_start = self._started
+
+    def warm(self) -> bool:
+        """Whether the workers started at start-up are warm (or failed to start, which a fit then
+        reports). /readyz waits for it, so the first fit after a start is as fast as the next."""
+        return self._first_start is None or self._first_start.done()
 
     def _pool(self) -> ProcessPoolExecutor:
         if self._executor is None:
             context = multiprocessing.get_context("spawn")
             queue = context.Queue()
             self._executor = ProcessPoolExecutor(
-                max_workers=self.workers, mp_context=context, initializer=init_worker, initargs=(queue,)
+                max_workers=self.workers, mp_context=context, initializer=init_worker, initargs=(queue, self.warm_up)
             )
-            self._started = self._executor.submit(_ready)
+            self._started = self._executor.submit(_ready)  # done once a worker has started and warmed up
             self._queue = queue
             self._collector = threading.Thread(target=self._collect_progress, args=(queue,), daemon=True)
             self._collector.start()
@@ -151,8 +174,11 @@ class FitPool:
             job_id, fraction, stage = report
             self.progress[job_id] = (fraction, stage)
 
-    async def fit(self, job: Any) -> dict[str, Any]:
-        """What ``task`` returned for ``job``; raises PoolError for a timeout or a crashed worker."""
+    async def fit(self, job: Any) -> tuple[dict[str, Any], float]:
+        """What ``task`` returned for ``job``, and the seconds the job waited: for a worker (one
+        starting, or busy with another job) and for its data to reach it and come back.
+        Raises PoolError for a timeout or a crashed worker."""
+        asked = time.perf_counter()
         if self.workers == 0:
 
             def progress(fraction: float, stage: str) -> None:
@@ -160,13 +186,14 @@ class FitPool:
                     self.progress[job.job_id] = (fraction, stage)
 
             outcome = await asyncio.wait_for(asyncio.to_thread(self.task, job, progress), self.timeout_seconds)
+            return outcome, 0.0
         else:
             pool = self._pool()
             try:
-                # A worker's start (imports take seconds) does not count against the fit's time.
+                # A worker's start (imports take seconds) does not count against the fit's timeout.
                 await asyncio.wrap_future(self._started)
-                future = pool.submit(self.task, job, None)
-                outcome = await asyncio.wait_for(asyncio.wrap_future(future), self.timeout_seconds)
+                future = pool.submit(_timed, self.task, job)
+                outcome, ran = await asyncio.wait_for(asyncio.wrap_future(future), self.timeout_seconds)
             except asyncio.TimeoutError:
                 self._restart()
                 raise PoolError(
@@ -177,7 +204,7 @@ class FitPool:
                 raise PoolError(
                     "the fit worker stopped unexpectedly (out of memory?); try a smaller holdout", retry_after=5
                 ) from None
-        return outcome
+        return outcome, max(0.0, time.perf_counter() - asked - ran)
 
     def _restart(self, wait: bool = False) -> None:
         """Kill the workers (a timed-out fit cannot be cancelled otherwise) and start afresh on next use."""

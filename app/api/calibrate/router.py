@@ -24,7 +24,7 @@ from ...storage.feedback import feature_rows
 from ..auth import REQUIRE_CALIBRATE
 from ..bodies import check_depth, float_array
 from ..edge import answer_error, asgi_route, json_request, send_json
-from ..observability import CALIBRATE_REQUESTS, CALIBRATE_SCORES
+from ..observability import count_calibrated
 from ..problems import Problem, input_error
 from ..state import Services
 from ..validation import MAX_ID_LENGTH, MAX_VERSION, check_ids, request_body  # noqa: F401 (MAX_ID_LENGTH: feedback imports it from here)
@@ -114,9 +114,7 @@ async def calibrate_batch(
         except CalibrationInputError as error:
             raise input_error(error, ()) from None
         extras["decisions"] = decisions if loaded.classes is None else [loaded.classes[d] for d in decisions]
-    requests, scored = _counters.get(name) or _count(name)
-    requests.inc()
-    scored.inc(probabilities.shape[0])
+    count_calibrated(name, probabilities.shape[0])
     return loaded, probabilities, extras
 
 
@@ -160,15 +158,6 @@ def _too_deep(raw: bytes) -> Problem | None:
     except Problem as problem:
         return problem
     return None
-
-
-#: The calibrate counters' children by calibrator name: ``labels()`` takes a lock and builds a key each call.
-_counters: dict[str, tuple] = {}
-
-
-def _count(name: str) -> tuple:
-    children = _counters[name] = (CALIBRATE_REQUESTS.labels(name), CALIBRATE_SCORES.labels(name))
-    return children
 
 
 def _envelope(data: dict) -> tuple[str, int | None, object, list[str] | None, dict]:

@@ -6,6 +6,7 @@ process and returns plain values, ``{"result": ...}`` or ``{"problem": ...}``.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +23,8 @@ from ..validation import validate
 from .schemas import FitRequest
 from .upload import parse_arrow_fit, parse_upload
 
+logger = logging.getLogger(__name__)
+
 
 def check_job_depth(job: FitJob) -> None:
     """Refuse JSON nested too deep (400) now, not in the worker: an asynchronous fit is
@@ -32,6 +35,19 @@ def check_job_depth(job: FitJob) -> None:
         check_depth(np.fromfile(job.body_file, dtype=np.uint8))
     if job.fields and "options" in job.fields:
         check_depth(job.fields["options"].encode(errors="surrogatepass"))
+
+
+def warm_up() -> None:
+    """A small fit of the usual methods in a new worker, so that the first real fit finds the
+    modules imported and the code paths warm (a spawned worker imports them on first use: seconds)."""
+    rng = np.random.default_rng(0)
+    scores = rng.random(200)
+    labels = (rng.random(200) < scores).astype(int)
+    for method in ("isotonic", "platt"):
+        try:
+            fit_calibrator(method, "probability", {}, scores, labels, None)
+        except Exception:  # a warm-up only: a real fit reports its own errors
+            logger.exception("fit worker warm-up (%s) failed", method)
 
 
 def run_fit(job: FitJob, progress: Callable[[float, str], None] | None = None) -> dict[str, Any]:

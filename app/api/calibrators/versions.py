@@ -48,7 +48,7 @@ def version_out(info: VersionInfo, with_parameters: bool = False, brief: bool = 
 async def fit_and_store(app: Services, job: FitJob) -> VersionInfo:
     """Fit in a worker, store the version, and make it servable here at once."""
     try:
-        outcome = await app.fit_pool.fit(job)
+        outcome, waited = await app.fit_pool.fit(job)
     except PoolError as error:
         headers = None if error.retry_after is None else {"Retry-After": str(error.retry_after)}
         raise Problem(503, error.detail, headers=headers) from None
@@ -58,6 +58,9 @@ async def fit_and_store(app: Services, job: FitJob) -> VersionInfo:
         problem = outcome["problem"]
         raise Problem(problem["status"], problem["detail"], problem["errors"])
     fitted = outcome["result"]
+    # The wait for a worker is part of what the user waited for.
+    fitted["fit_seconds"] += waited
+    fitted["summary"].setdefault("timings", {})["wait"] = waited
     FIT_DURATION.labels(fitted["method"]).observe(fitted.pop("elapsed_seconds"))
     info = await run_in_threadpool(lambda: repository.create_version(app.sessions, **fitted))
     app.store.stored(info)
