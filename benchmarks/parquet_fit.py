@@ -92,7 +92,7 @@ def one_fit(kind: str, server: Server, http: httpx.Client, json_body: bytes, par
 
 #: The phases of ``run_fit`` profiled, as (owner module or class path, attribute, row label).
 PHASES = (
-    ("calibd.api.calibrators.fit_pool", "_parse", "read the body: JSON parse and request validation, or the Parquet columns"),
+    ("calibd.api.calibrators.fit_job", "parse_job", "read the body: JSON parse and request validation, or the Parquet columns"),
     ("calibd.calibration.base:Calibrator", "check_holdout_arrays", "validate the arrays (JSON: the lists become arrays here)"),
     ("calibd.calibration.isotonic:IsotonicCalibrator", "_fit", "isotonic fit (the calibrator served)"),
     ("calibd.calibration.fitting", "stratified_folds", "stratified folds (beside the fit)"),
