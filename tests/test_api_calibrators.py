@@ -157,7 +157,9 @@ def test_delete_removes_the_feedback_even_while_feedback_arrives(client, name, r
     senders = [threading.Thread(target=send) for _ in range(3)]
     for sender in senders:
         sender.start()
-    time.sleep(0.3)
+    deadline = time.monotonic() + 60
+    while not statuses and time.monotonic() < deadline:  # the delete races writes that are under way
+        time.sleep(0.05)
     assert client.delete(f"/calibrators/{name}").status_code == 204
     stop.set()
     for sender in senders:
