@@ -910,6 +910,9 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.set_defaults(handler=_server_command(_keys_revoke))
 
     add_client_commands(commands)
+    from .streams.cli import add_consume_command
+
+    add_consume_command(commands)
     with_defaults_shown(parser)
     return parser
 
