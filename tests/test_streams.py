@@ -75,6 +75,14 @@ def group(redis_client, stream: str) -> dict:
     return info
 
 
+def flat(tree: dict, prefix: str = "") -> dict:
+    """A nested dict's leaves, keyed by their path (pytest.approx compares flat dicts)."""
+    out = {}
+    for key, value in tree.items():
+        out.update(flat(value, f"{prefix}{key}/") if isinstance(value, dict) else {f"{prefix}{key}": value})
+    return out
+
+
 def monitor(http: httpx.Client, name: str) -> dict:
     answer = http.get(f"/calibrators/{name}/monitor")
     assert answer.status_code == 200, answer.text
@@ -158,7 +166,17 @@ def test_labels_from_a_stream_count_once_through_two_kill_9s_and_equal_feedback(
         expected = monitor(http, posted)
         assert expected["windows"]["1h"]["samples"] == n
         assert got["windows"]["1h"]["samples"] == n  # each label once: none lost, none twice
-        assert got == expected
+        # Equal up to the order of floating-point sums; the drift state's count of batches is the
+        # one figure that depends on how rows were grouped into requests (not on which rows).
+        assert got["drift"].pop("batches") >= expected["drift"].pop("batches")
+        got["drift"].pop("updated_at"), expected["drift"].pop("updated_at")  # when, not what
+        got, expected = flat(got), flat(expected)
+        assert got.keys() == expected.keys()
+        for key, value in expected.items():
+            if isinstance(value, float):
+                assert got[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+            else:
+                assert got[key] == value, key
 
 
 def test_bad_messages_go_to_the_dead_letter_stream_and_good_ones_are_recorded(server, redis_client, stream):
