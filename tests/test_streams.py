@@ -102,6 +102,7 @@ def test_labels_from_a_stream_count_once_through_two_kill_9s_and_equal_feedback(
     scores = rng.uniform(0.01, 0.99, n)
     labels = (rng.uniform(size=n) < np.clip(scores * 1.1, 0, 1)).astype(int)  # a little drift
     ids = [f"r-{i}" for i in range(n)]
+    t0 = time.monotonic()
     with httpx.Client(base_url=server.url, timeout=120) as http:
         for name in (streamed, posted):
             fit(http, name)
@@ -120,6 +121,7 @@ def test_labels_from_a_stream_count_once_through_two_kill_9s_and_equal_feedback(
                     time.sleep(0.01)  # a producer at its own pace, while the consumer is killed
             pipe.execute()
 
+        print("phase: predictions logged", time.monotonic() - t0, file=sys.stderr)
         producer = threading.Thread(target=produce)
         producer.start()
         kills = 0
@@ -136,11 +138,12 @@ def test_labels_from_a_stream_count_once_through_two_kill_9s_and_equal_feedback(
                 except (redis.ResponseError, ValueError):
                     pass
                 assert process.poll() is None, process.stderr.read().decode()[-2000:]
-                time.sleep(0.005)
+                time.sleep(0.05)
             process.send_signal(signal.SIGKILL)
             process.wait()
             kills += 1
         producer.join()
+        print("phase: killed twice", time.monotonic() - t0, file=sys.stderr)
         assert kills == 2
         final = consume(server.url, stream, "c-final", "--until-idle")
         try:
@@ -150,6 +153,7 @@ def test_labels_from_a_stream_count_once_through_two_kill_9s_and_equal_feedback(
             raise
         assert final.returncode == 0, final.stderr.read().decode()[-2000:]
 
+        print("phase: consumed", time.monotonic() - t0, file=sys.stderr)
         info = group(redis_client, stream)
         assert info["pending"] == 0 and info["lag"] == 0
         dead = redis_client.xrange(f"{stream}:dead-letter")
@@ -160,16 +164,17 @@ def test_labels_from_a_stream_count_once_through_two_kill_9s_and_equal_feedback(
             answer = http.post("/feedback", json={"calibrator": posted, "ids": ids[start : start + 5000],
                                                   "labels": labels[start : start + 5000].tolist()})
             assert answer.status_code == 202 and answer.json()["count"] == 5000, answer.text
+        print("phase: posted", time.monotonic() - t0, file=sys.stderr)
         deadline = time.monotonic() + 60
         while (got := monitor(http, streamed))["windows"]["last_10000"]["samples"] != 10_000 and time.monotonic() < deadline:
             time.sleep(0.2)
         expected = monitor(http, posted)
         assert expected["windows"]["1h"]["samples"] == n
         assert got["windows"]["1h"]["samples"] == n  # each label once: none lost, none twice
-        # Equal up to the order of floating-point sums; the drift state's count of batches is the
-        # one figure that depends on how rows were grouped into requests (not on which rows).
-        assert got["drift"].pop("batches") >= expected["drift"].pop("batches")
-        got["drift"].pop("updated_at"), expected["drift"].pop("updated_at")  # when, not what
+        # Equal up to the order of floating-point sums. The drift state's count of batches depends on
+        # how rows were grouped into transactions (not on which rows), and updated_at on when.
+        for volatile in ("batches", "updated_at"):
+            got["drift"].pop(volatile), expected["drift"].pop(volatile)
         got, expected = flat(got), flat(expected)
         assert got.keys() == expected.keys()
         for key, value in expected.items():

@@ -86,7 +86,7 @@ def test_the_sdist_and_the_wheel_carry_complete_metadata(dist):
     assert "Programming Language :: Python :: 3.11" in classifiers and any(c.startswith("Topic ::") for c in classifiers)
     assert "calibration" in metadata["Keywords"].split(",")
     assert metadata["Requires-Python"] == ">=3.11"
-    assert {"server", "postgres", "client", "spark", "docs", "test"} <= set(metadata.get_all("Provides-Extra"))
+    assert {"server", "postgres", "client", "streams", "spark", "test"} <= set(metadata.get_all("Provides-Extra"))
     base = [r for r in metadata.get_all("Requires-Dist") if "extra ==" not in r]
     assert sorted(re.split(r"[<>=\[; ]", r)[0] for r in base) == ["httpx", "numpy", "orjson"]  # the light install
     server = [r for r in metadata.get_all("Requires-Dist") if 'extra == "server"' in r]
