@@ -1,5 +1,6 @@
 # `make run` serves calibd on the embedded SQLite default; `make test` runs the whole suite.
-# Both create .venv on first use; `make run` installs calibd alone, `make test` adds the test extras.
+# Both create .venv on first use; `make run` installs calibd with its server (and PostgreSQL driver),
+# `make test` adds the test extras.
 # Afterwards the CLI is .venv/bin/calibd (or `source .venv/bin/activate`, then calibd).
 PYTHON ?= python3
 VENV := .venv
@@ -13,7 +14,7 @@ STAMP := $(VENV)/.installed
 $(RUN_STAMP): pyproject.toml setup.py app/calibration/_kernels.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet -e '.[server,postgres]'
 	touch $(RUN_STAMP)
 
 $(STAMP): $(RUN_STAMP)

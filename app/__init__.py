@@ -1,8 +1,5 @@
 """calibd: a calibration microservice."""
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("calibd")
-except PackageNotFoundError:  # running from a source tree that is not installed
-    __version__ = "0.0.0"
+#: The one source of calibd's version: the package metadata (pyproject.toml's dynamic version),
+#: ``calibd --version`` and ``GET /healthz`` all read it.
+__version__ = "0.1.0"

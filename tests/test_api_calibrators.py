@@ -8,6 +8,7 @@ import os
 import tempfile
 import threading
 import time
+from importlib import metadata
 
 import httpx
 import numpy as np
@@ -230,7 +231,7 @@ def test_auto_records_what_it_picked_and_why(client, name):
 
 
 def test_health_and_readiness(client):
-    assert client.get("/healthz").json() == {"status": "ok"}
+    assert client.get("/healthz").json() == {"status": "ok", "version": metadata.version("calibd")}
     assert client.get("/readyz").json() == {"status": "ready"}
 
 

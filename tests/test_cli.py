@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import csv
+import importlib.metadata
 import io
 import json
 import os
 import re
 import subprocess
 import sys
-import tomllib
 
 import numpy as np
 import pytest
@@ -288,7 +288,7 @@ def test_list(cli, tmp_path, name):
 
 
 def test_version_and_the_database_commands_still_work(tmp_path):
-    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    version = importlib.metadata.version("calibd")  # the installed metadata (pyproject's dynamic version)
     env = {k: v for k, v in os.environ.items() if not k.startswith("CALIBD_")} | {
         "PYTHONPATH": str(REPO), "CALIBD_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}"}
     run = lambda *args: subprocess.run([sys.executable, "-m", "calibd.cli", *args], cwd=tmp_path, env=env,

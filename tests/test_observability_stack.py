@@ -230,7 +230,7 @@ def test_the_dockerfile_installs_the_package_and_serves_as_a_non_root_user_with_
     assert keyword("FROM") == ["FROM python:3.11-slim"]
     user = keyword("USER")[-1].split()[1]
     assert user not in {"root", "0"}
-    assert any("pip install ." in line for line in keyword("RUN"))
+    assert any('pip install ".[server,postgres]"' in line for line in keyword("RUN"))  # the service, not the client alone
     healthcheck = keyword("HEALTHCHECK")[0]
     assert "/healthz" in healthcheck and "127.0.0.1:8000" in healthcheck
     assert keyword("EXPOSE") == ["EXPOSE 8000"]

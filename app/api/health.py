@@ -7,6 +7,7 @@ from sqlalchemy import text
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
+from .. import __version__
 from ..storage import migrate
 from .problems import Problem
 from .state import Services, services
@@ -15,9 +16,9 @@ from .validation import json_response
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz", summary="Liveness")
+@router.get("/healthz", summary="Liveness, with calibd's version")
 async def healthz() -> Response:
-    return json_response({"status": "ok"})
+    return json_response({"status": "ok", "version": __version__})
 
 
 @router.get("/readyz", summary="Readiness: database reachable, migrations at head", responses={503: {}})

@@ -14,6 +14,7 @@ import argparse
 from .. import __version__
 from .client_commands import add_client_commands
 from .server import add_server_commands
+from ..streams.cli import add_consume_command
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_server_commands(commands)
     add_client_commands(commands)
+    add_consume_command(commands)
     with_defaults_shown(parser)
     return parser
 

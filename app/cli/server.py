@@ -8,14 +8,42 @@ import sys
 import tempfile
 
 from .. import __version__
-from ..config import check_predictor_url, get_settings
+
+#: What the server's commands import; the base install (the client) has none of them, so this
+#: module imports them only inside the commands.
+SERVER_MODULES = ("fastapi", "uvicorn", "pydantic_settings", "sqlalchemy", "alembic", "scipy", "sklearn",
+                  "prometheus_client")
+
+
+def missing_server_modules() -> list[str]:
+    """The server's modules this environment lacks: empty where calibd[server] is installed."""
+    from importlib.util import find_spec
+
+    return [name for name in SERVER_MODULES if find_spec(name) is None]
+
+
+def server_command(handler):
+    """Run a server command (serve, migrate, keys, consume): with the client-only install, one line
+    saying what to install instead of a traceback."""
+
+    def run(args: argparse.Namespace) -> int:
+        missing = missing_server_modules()
+        if missing:
+            print(f"calibd: `calibd {args.command}` needs the server: pip install 'calibd[server]' "
+                  f"(missing: {', '.join(missing)})", file=sys.stderr)
+            return 2
+        return handler(args)
+
+    return run
 
 
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from .storage import migrate
-    from .storage.db import make_engine
+    from ..config import check_predictor_url, get_settings
+
+    from ..storage import migrate
+    from ..storage.db import make_engine
 
     settings = get_settings()
     engine = make_engine(settings.database_url)
@@ -80,7 +108,7 @@ def _flush_logs_on_sigterm() -> None:
     SIGTERM ends it."""
     import signal
 
-    from .api.logs import flush_logs
+    from ..api.logs import flush_logs
 
     def flush_and_terminate(signum, frame) -> None:
         flush_logs()
@@ -98,7 +126,9 @@ def _any_keys(engine) -> bool:
 
 
 def _sessions():
-    from .storage.db import make_engine, make_sessionmaker
+    from ..storage.db import make_engine, make_sessionmaker
+
+    from ..config import get_settings
 
     return make_sessionmaker(make_engine(get_settings().database_url))
 
@@ -119,8 +149,8 @@ def _parse_duration(text: str):
 
 
 def _keys_create(args: argparse.Namespace) -> int:
-    from .storage import keys
-    from .storage.models import utcnow
+    from ..storage import keys
+    from ..storage.models import utcnow
 
     expires = utcnow() + args.expires if args.expires else None
     try:
@@ -139,8 +169,8 @@ def _keys_create(args: argparse.Namespace) -> int:
 
 
 def _keys_list(_args: argparse.Namespace) -> int:
-    from .storage import keys
-    from .storage.models import utcnow
+    from ..storage import keys
+    from ..storage.models import utcnow
 
     now = utcnow()
     print(f"{'KEY ID':<10} {'SCOPES':<28} {'CREATED':<17} {'EXPIRES':<17} STATE  DESCRIPTION")
@@ -152,7 +182,7 @@ def _keys_list(_args: argparse.Namespace) -> int:
 
 
 def _keys_revoke(args: argparse.Namespace) -> int:
-    from .storage import keys
+    from ..storage import keys
 
     try:
         keys.revoke_key(_sessions(), args.key_id)
@@ -164,8 +194,10 @@ def _keys_revoke(args: argparse.Namespace) -> int:
 
 
 def _migrate(_args: argparse.Namespace) -> int:
-    from .storage import migrate
-    from .storage.db import make_engine
+    from ..storage import migrate
+    from ..storage.db import make_engine
+
+    from ..config import get_settings
 
     engine = make_engine(get_settings().database_url)
     migrate.upgrade(engine)
@@ -194,10 +226,10 @@ def add_server_commands(commands) -> None:
     serve.add_argument("--predictor_host", help=argparse.SUPPRESS)
     serve.add_argument("--model_name", help=argparse.SUPPRESS)
     serve.add_argument("--http_port", dest="port", type=int, help=argparse.SUPPRESS)
-    serve.set_defaults(handler=_serve)
+    serve.set_defaults(handler=server_command(_serve))
 
     migrate = commands.add_parser("migrate", help="apply pending database migrations")
-    migrate.set_defaults(handler=_migrate)
+    migrate.set_defaults(handler=server_command(_migrate))
 
     keys = commands.add_parser("keys", help="manage API keys").add_subparsers(dest="keys_command", required=True)
     create = keys.add_parser("create", help="create a key and print it (once)")
@@ -205,8 +237,8 @@ def add_server_commands(commands) -> None:
                         help="what the key may do; repeat for several scopes")
     create.add_argument("--expires", type=_parse_duration, help="lifetime such as 30d, 12h or 90m (default: never)")
     create.add_argument("--description", default="", help="a note to tell keys apart (default: empty)")
-    create.set_defaults(handler=_keys_create)
-    keys.add_parser("list", help="list keys (never the keys themselves)").set_defaults(handler=_keys_list)
+    create.set_defaults(handler=server_command(_keys_create))
+    keys.add_parser("list", help="list keys (never the keys themselves)").set_defaults(handler=server_command(_keys_list))
     revoke = keys.add_parser("revoke", help="revoke a key by its id")
     revoke.add_argument("key_id", help="the key's id, as calibd keys list shows it")
-    revoke.set_defaults(handler=_keys_revoke)
+    revoke.set_defaults(handler=server_command(_keys_revoke))

@@ -1,0 +1,1 @@
+"""Labels from Redis Streams (``calibd consume``): see consumer.py."""
