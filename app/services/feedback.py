@@ -409,6 +409,8 @@ def store(
             late_ids = [i for i, x in zip(batch.prediction_ids, is_late) if x] if batch.prediction_ids else []
             _count_delays(session, calibrator_id, batch.subset(is_late), now)
             batch = batch.subset(~is_late)
+    if not batch.labels.shape[0]:
+        return Stored(0, [], late, late_ids)
     terms = feedback_terms(batch.probabilities, batch.labels, batch.accepted)
     inserted = feedback_store.insert(session, calibrator_id, batch, terms.probability, now, waiting)
     duplicates: list[str] = []

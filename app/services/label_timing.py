@@ -84,13 +84,16 @@ class Matured:
 
 
 def mature(sessions: Sessions, drift: DriftSettings, now: datetime | None = None, batch_rows: int = 5000,
-           max_batches: int = 20) -> Matured:
+           max_batches: int = 20, only: list[int] | None = None) -> Matured:
     """Feed the monitors every prediction matured by ``now``: in batches of about ``batch_rows``
-    predictions, at most ``max_batches`` per calibrator a pass (the rest at the next pass)."""
+    predictions, at most ``max_batches`` per calibrator a pass (the rest at the next pass).
+    ``only``: these calibrator ids (default: every one with work)."""
     now = now or utcnow()
     total = Matured()
     with transaction(sessions) as session:
         candidates = maturity_store.to_mature(session)
+    if only is not None:
+        candidates = [c for c in candidates if c in only]
     for calibrator_id in candidates:
         for _ in range(max_batches):
             if _mature_batch(sessions, calibrator_id, drift, now, batch_rows, total):
