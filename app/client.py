@@ -800,6 +800,13 @@ class _API:
         yield _Call("DELETE", f"/calibrators/{_name(name)}", expect="none", idempotent=False)
 
     @_operation
+    def set_labels(self, name: str, window: str | float | None, missing: str = "negative") -> Operation:
+        """Declare how the calibrator's labels arrive: ``window`` ("30s", "6h", "7d"; None: final on arrival)
+        and what a prediction without a label is when its window ends (``"negative"`` or ``"unlabelled"``)."""
+        body = {"window": window, "missing": missing}
+        return (yield _Call("PUT", f"/calibrators/{_name(name)}/labels", json=body)).body
+
+    @_operation
     def monitor(self, name: str, version: int | None = None) -> Operation:
         """The feedback windows' metrics and the drift alarm of a version (default current)."""
         params = {"version": version} if version is not None else None

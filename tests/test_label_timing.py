@@ -251,3 +251,20 @@ def test_window_sums_equal_a_recomputation_over_the_mature_rows(database_url, la
         assert cursor >= served[-1]  # the last pass matured everything
     finally:
         engine.dispose()
+
+
+def test_the_client_and_the_cli_show_and_set_the_label_window(server, client, name, capsys):
+    from calibd.cli import main
+    from calibd.client import Client
+
+    fit_calibrated(client, name)
+    with Client(server.url) as calibd:
+        assert calibd.set_labels(name, "7d", "unlabelled") == {"window": "7d", "window_seconds": 604800.0,
+                                                               "missing": "unlabelled"}
+        assert calibd.calibrator(name)["labels"]["window"] == "7d"
+    assert main(["labels", name, "--url", server.url]) == 0
+    assert "label window 7d" in capsys.readouterr().out
+    assert main(["labels", name, "--window", "none", "--url", server.url]) == 0
+    assert "final on arrival" in capsys.readouterr().out
+    assert client.get(f"/calibrators/{name}").json()["labels"] == {"window": None, "window_seconds": None,
+                                                                  "missing": "negative"}
