@@ -20,7 +20,6 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 #: The longest label window: 90 days.
 MAX_WINDOW_SECONDS = 90 * 86400.0
@@ -129,6 +128,8 @@ def compare_delays(positive: np.ndarray, negative: np.ndarray) -> DelayCompariso
     distance = float(np.max(np.abs(np.cumsum(positive) / n_pos - np.cumsum(negative) / n_neg)))
     if table.shape[1] < 2:
         return DelayComparison(n_pos, n_neg, 1.0, distance, False)
+    from scipy import stats  # here: scipy.stats is slow to import, and the server needs it only for this
+
     p_value = float(stats.chi2_contingency(table, correction=False)[1])
     return DelayComparison(n_pos, n_neg, p_value, distance, p_value < MAX_P_VALUE and distance >= MIN_DISTANCE)
 
