@@ -268,3 +268,66 @@ def test_the_client_and_the_cli_show_and_set_the_label_window(server, client, na
     assert "final on arrival" in capsys.readouterr().out
     assert client.get(f"/calibrators/{name}").json()["labels"] == {"window": None, "window_seconds": None,
                                                                   "missing": "negative"}
+
+
+# -- the closed loop under delayed negatives -----------------------------------------------------------
+def logit_stream(n: int, seed: int, shift: float = 0.0):
+    rng = np.random.default_rng(seed)
+    z = rng.normal(-1.0, 1.5, n)
+    y = (rng.uniform(size=n) < 1 / (1 + np.exp(-(z + shift)))).astype(int)
+    return z, y
+
+
+def clicks(http, name: str, tag: str, z: np.ndarray, y: np.ndarray) -> None:
+    """Serve with ids, then send the positives' labels only: a negative is a click that never comes."""
+    ids = [f"{tag}-{i}" for i in range(z.shape[0])]
+    assert http.post("/calibrate", json={"calibrator": name, "scores": z.tolist(), "ids": ids}).status_code == 200
+    time.sleep(0.3)  # the prediction log is written every 0.2 s
+    positives = [i for i, label in zip(ids, y) if label == 1]
+    answer = http.post("/feedback", json={"calibrator": name, "ids": positives, "labels": [1] * len(positives)})
+    receipt = answer.json()
+    # Labels whose prediction is not logged yet wait as pending labels, and are joined when it is.
+    assert answer.status_code == 202 and receipt["count"] + receipt["pending"] == len(positives), answer.text
+
+
+def test_the_closed_loop_refits_on_mature_rows_only(database_url, name):
+    import httpx
+
+    from calibd.config import Settings
+    from calibd.metrics import log_loss
+
+    from .conftest import LiveServer
+
+    settings = Settings(database_url=database_url, recalibration_interval_seconds=0.3, label_maturity_seconds=0.3)
+    with LiveServer(settings) as server, httpx.Client(base_url=server.url, timeout=120) as http:
+        z, y = logit_stream(3000, 1)
+        fit = {"name": name, "method": "platt", "input": "logit", "labels": {"window": "6s", "missing": "negative"},
+               "holdout": {"scores": z.tolist(), "labels": y.tolist()}}
+        assert http.post("/calibrators", json=fit).status_code == 201
+        policy = {"trigger": "alarm", "refit_rows": 3000, "min_refit_rows": 1000, "shadow_rows": 2000, "margin": 0.001}
+        assert http.put(f"/calibrators/{name}/recalibration", json=policy).status_code == 200
+
+        # Calibrated, with only the positives ever labelled: nothing to refit.
+        for batch in range(6):
+            clicks(http, name, f"calm-{batch}", *logit_stream(1000, 10 + batch))
+        monitor = wait_for(http, name, lambda m: m["labels"]["implied_negatives"] > 0 and m["labels"]["waiting_labels"] == 0
+                           and m["drift"]["samples"] >= 6000, timeout=40)
+        assert monitor["drift"]["samples"] >= 6000 and monitor["drift"]["alarm"] is False, monitor["drift"]
+        assert http.get(f"/calibrators/{name}/recalibration").json()["events"] == []
+
+        # The world shifts: the alarm fires on mature rows, the refit and shadow rows are mature (with implied
+        # negatives, else a refit on positives alone fails), and the promoted version is better.
+        for batch in range(40):
+            clicks(http, name, f"shift-{batch}", *logit_stream(1000, 100 + batch, shift=1.0))
+            events = [e["outcome"] for e in http.get(f"/calibrators/{name}/recalibration").json()["events"]]
+            if "promoted" in events:
+                break
+            time.sleep(0.2)
+        state = http.get(f"/calibrators/{name}/recalibration").json()
+        outcomes = [e["outcome"] for e in reversed(state["events"])]
+        assert outcomes[:2] == ["refit", "promoted"], state
+        z_new, y_new = logit_stream(20_000, 999, shift=1.0)
+        old = np.array(http.post("/calibrate", json={"calibrator": name, "version": 1, "scores": z_new.tolist()}).json()["probabilities"])
+        new = np.array(http.post("/calibrate", json={"calibrator": name, "scores": z_new.tolist()}).json()["probabilities"])
+        assert log_loss(new, y_new) < log_loss(old, y_new)
+        assert numpy_ece(new, y_new) < numpy_ece(old, y_new)

@@ -154,9 +154,19 @@ def recent_labelled(sessions: Sessions, calibrator_id: int, limit: int, features
 def shadow_rows(
     sessions: Sessions, calibrator_id: int, version: int, after_id: int, limit: int, features: bool = False
 ) -> list[tuple]:
-    """Mature labelled rows served by ``version`` after feedback id ``after_id``, with raw scores (and, with
-    ``features``, only those with features): (scores, label, served probability, served rows, features)."""
+    """Mature labelled rows served by ``version`` after the refit that ended at feedback id ``after_id``,
+    with raw scores (and, with ``features``, only those with features): (scores, label, served probability,
+    served rows, features).
+
+    "After" is by prediction time: rows predicted after the newest prediction the refit could see. By id,
+    it would take the labels that arrive late in a row's window (the implied negatives, stored at
+    maturity) and leave out the early ones of the same predictions (positives, stored on arrival).
+    """
     with transaction(sessions) as session:
+        after_time = session.scalar(
+            select(func.max(FeedbackRow.predicted_at)).where(FeedbackRow.calibrator_id == calibrator_id, FeedbackRow.id <= after_id)
+        )
+        later = FeedbackRow.id > after_id if after_time is None else FeedbackRow.predicted_at > after_time
         rows = (
             session.execute(
                 select(FeedbackRow.scores, FeedbackRow.label, FeedbackRow.probability, FeedbackRow.probabilities,
@@ -164,12 +174,12 @@ def shadow_rows(
                 .where(
                     FeedbackRow.calibrator_id == calibrator_id,
                     FeedbackRow.version == version,
-                    FeedbackRow.id > after_id,
+                    later,
                     FeedbackRow.scores.is_not(None),
                     ~FeedbackRow.waiting,
                     *([FeedbackRow.features.is_not(None)] if features else []),
                 )
-                .order_by(FeedbackRow.id)
+                .order_by(FeedbackRow.predicted_at, FeedbackRow.id)
                 .limit(limit)
             ).all()
         )
