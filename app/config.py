@@ -90,6 +90,8 @@ class Settings(BaseSettings):
     pending_label_grace_seconds: float = Field(default=600, gt=0)
     #: How often each process joins pending labels whose prediction was written (by any process).
     pending_label_sweep_seconds: float = Field(default=1.0, gt=0)
+    #: How often predictions past their calibrator's label window are fed to the monitors.
+    label_maturity_seconds: float = Field(default=1.0, gt=0)
     #: Logged predictions waiting to be written; beyond this they are dropped and counted.
     prediction_log_queue: int = Field(default=200_000, gt=0)
     #: A key registered with the admin scope at start (the compose stack's first key).

@@ -25,9 +25,11 @@ from .api.logs import configure_logging, flush_logs
 from .api.observability import PREDICTION_LOG_DROPPED, flush_request_metrics, make_registry
 from .api.state import Services
 from .config import Settings, get_settings
-from .storage import feedback as feedback_store
+from .services import feedback as feedback_service
+from .services import label_timing
+from .services.monitoring import DriftSettings
+from .storage import retention
 from .storage.cache import CalibratorStore
-from .storage.feedback import DriftSettings, PendingJoin
 from .storage.db import make_engine, make_sessionmaker
 from .storage.jobs import sweep_interrupted
 from .storage.keys import KeyRing
@@ -61,14 +63,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         engine = make_engine(settings.database_url)
         sessions = make_sessionmaker(engine)
         store = CalibratorStore(sessions, settings.calibrator_cache_bytes)
-        pending_join = PendingJoin(
-            DriftSettings(settings.monitor_alpha, settings.monitor_tolerance),
+        drift = DriftSettings(settings.monitor_alpha, settings.monitor_tolerance)
+        pending_join = feedback_service.PendingJoin(
+            drift,
             settings.prediction_ttl,
             timedelta(seconds=settings.pending_label_grace_seconds),
         )
         prediction_log = PredictionLog(
             sessions, settings.prediction_log_queue, lambda name, n: PREDICTION_LOG_DROPPED.labels(name).inc(n),
-            join=pending_join, on_join=count_joins,
+            join=lambda session: feedback_service.join_pending(session, pending_join), on_join=count_joins,
         )
         keyring = KeyRing(sessions, settings.bootstrap_admin_key)
         try:
@@ -97,7 +100,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             )
 
         def purge() -> None:
-            feedback_store.purge(sessions, utcnow(), settings.prediction_ttl, settings.feedback_retention)
+            retention.purge(sessions, utcnow(), settings.prediction_ttl, settings.feedback_retention)
 
         async def flush_prediction_log() -> None:
             entries = prediction_log.take()
@@ -106,7 +109,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
         def sweep_pending_labels() -> None:
             # Every process sweeps: a label may reach a replica other than the one whose log holds its prediction.
-            count_joins(feedback_store.sweep_pending(sessions, pending_join))
+            count_joins(feedback_service.sweep_pending(sessions, pending_join))
+
+        def mature_predictions() -> None:
+            # Every process may run it: each batch holds its calibrator's maturity row.
+            label_timing.mature(sessions, drift)
 
         async def flush_pending_metrics() -> None:  # a coroutine: it runs in the loop's thread, no wake-up
             flush_request_metrics()
@@ -130,6 +137,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 (settings.metrics_flush_seconds, flush_pending_metrics, "request metrics flush"),
                 (600, purge, "retention purge"),
                 (settings.pending_label_sweep_seconds, sweep_pending_labels, "pending label sweep"),
+                (settings.label_maturity_seconds, mature_predictions, "label maturity"),
                 (10, lambda: sweep_interrupted(sessions), "fit job sweep"),
                 (settings.recalibration_interval_seconds, recalibrate, "recalibration pass"),
             )

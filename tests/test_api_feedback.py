@@ -345,8 +345,9 @@ def test_concurrent_transactions_labelling_the_same_ids_in_opposite_orders_neith
     from concurrent.futures import ThreadPoolExecutor
 
     from calibd.calibration.platt import PlattCalibrator
+    from calibd.services import feedback as service
     from calibd.storage import feedback as store
-    from calibd.storage import repository
+    from calibd.storage import monitor_state, repository
     from calibd.storage.db import make_engine, make_sessionmaker
 
     engine = make_engine(database_url)
@@ -362,8 +363,8 @@ def test_concurrent_transactions_labelling_the_same_ids_in_opposite_orders_neith
 
     def record(order: list[str]) -> dict:
         batch = store.LabelledBatch(info.version, p, np.ones(n, dtype=int), prediction_ids=order)
-        return store.record_feedback(sessions, calibrator_id=info.calibrator_id, batches=[batch],
-                                     prediction_ttl=timedelta(days=1), drift=store.DriftSettings(0.05, 0.1))
+        return service.record_feedback(sessions, calibrator_id=info.calibrator_id, batches=[batch],
+                                       prediction_ttl=timedelta(days=1), drift=service.DriftSettings(0.05, 0.1))
 
     try:
         with ThreadPoolExecutor(2) as pool:
@@ -372,7 +373,7 @@ def test_concurrent_transactions_labelling_the_same_ids_in_opposite_orders_neith
                 answers = list(pool.map(record, [ids, ids[::-1]]))
                 assert sum(a["count"] for a in answers) == n
                 assert sorted(answers[0]["duplicate_ids"] + answers[1]["duplicate_ids"]) == sorted(ids)
-        sums = store.window_sums(sessions, info.calibrator_id, info.version)
+        sums = monitor_state.window_sums(sessions, info.calibrator_id, info.version)
         assert sums["last_10000"].count.sum() == 10_000 and sums["24h"].count.sum() == 12 * n
     finally:
         engine.dispose()

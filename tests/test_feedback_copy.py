@@ -28,7 +28,7 @@ def stored(sessions, calibrator_id: int) -> list[tuple]:
     with transaction(sessions) as session:
         return [tuple(row) for row in session.execute(text(
             "SELECT calibrator_id, version, prediction_id, probability, label, probabilities, accepted, scores, features, "
-            "received_at FROM feedback WHERE calibrator_id = :c ORDER BY id"), {"c": calibrator_id})]
+            "received_at, predicted_at, waiting FROM feedback WHERE calibrator_id = :c ORDER BY id"), {"c": calibrator_id})]
 
 
 @pytest.mark.parametrize("with_acceptance", [False, True])
@@ -45,9 +45,11 @@ def test_the_block_copy_stores_what_the_row_copy_stores(sessions, with_acceptanc
     block, by_row = 900_001 + with_acceptance * 2, 900_002 + with_acceptance * 2
     with transaction(sessions) as session:
         feedback._copy_plain(session, block, 7, now, terms.probability, batch.labels, batch.accepted)
-        feedback._copy_feedback(session, by_row, 7, now, feedback._feedback_columns(batch, terms))
+        columns = feedback._columns(batch, terms.probability, now, waiting=False)
+        feedback._copy_feedback(session, by_row, 7, now, columns, features=False, waiting=False)
     from_block, from_rows = stored(sessions, block), stored(sessions, by_row)
     assert len(from_block) == n
     assert [row[1:] for row in from_block] == [row[1:] for row in from_rows]
     assert from_block[4][3] == probability[4] and from_block[0][9] == now
+    assert from_block[0][10] == now and from_block[0][11] is False  # mature on arrival, predicted at receipt
     assert [row[6] for row in from_block] == ([None] * n if accepted is None else accepted.tolist())

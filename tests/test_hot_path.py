@@ -343,6 +343,7 @@ def test_pending_metrics_add_up_to_what_prometheus_client_counts():
 
 # -- feedback rows by COPY -------------------------------------------------------------------------------
 def test_feedback_rows_round_trip(database_url):
+    from calibd.services import feedback as service
     from calibd.storage import feedback as store
     from calibd.storage import repository
     from calibd.storage.db import make_engine, make_sessionmaker, transaction
@@ -362,8 +363,8 @@ def test_feedback_rows_round_trip(database_url):
     now = datetime.now(timezone.utc)
     batch = store.LabelledBatch(info.version, p, np.array([0, 1, 0, 1, 1, 0, 1]), prediction_ids=ids,
                                 accepted=np.array([True, False, True, True, False, True, True]), scores=scores)
-    store.record_feedback(sessions, calibrator_id=info.calibrator_id, batches=[batch], prediction_ttl=timedelta(days=1),
-                          drift=store.DriftSettings(0.05, 0.1), now=now)
+    service.record_feedback(sessions, calibrator_id=info.calibrator_id, batches=[batch], prediction_ttl=timedelta(days=1),
+                            drift=service.DriftSettings(0.05, 0.1), now=now)
     with transaction(sessions) as session:
         rows = session.execute(
             select(FeedbackRow.prediction_id, FeedbackRow.probability, FeedbackRow.label, FeedbackRow.accepted,

@@ -39,7 +39,10 @@ ALERTMANAGER_ENTRYPOINT = DOCKER / "alertmanager-entrypoint.sh"
 GRAFANA = DOCKER / "grafana"
 DASHBOARD = GRAFANA / "dashboards" / "calibd.json"
 
-ALERTS = {"CalibrationDriftAlarm", "CalibrationDriftAlarmSegment", "CalibrationErrorHigh", "FeedbackStalled"}
+ALERTS = {
+    "CalibrationDriftAlarm", "CalibrationDriftAlarmSegment", "CalibrationErrorHigh", "FeedbackStalled",
+    "LabelDelayDependsOnLabel", "LabelsArriveAfterTheirWindow",
+}
 #: A metric name in PromQL: an identifier that starts with calibd_.
 METRIC_NAME = re.compile(r"(?<![A-Za-z0-9_:])calibd_[A-Za-z0-9_:]*")
 #: A PromQL string literal (label values), left out before looking for metric names.

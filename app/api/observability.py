@@ -16,13 +16,11 @@ from collections.abc import Iterator
 from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client import multiprocess
-from prometheus_client.core import REGISTRY, GaugeMetricFamily
+from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFamily
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from ..monitoring.windows import WINDOWS, window_metrics
-from ..storage import feedback as feedback_store
-from ..storage import segments as segment_store
+from ..services import monitoring as monitoring_service
 from ..storage import repository
 from ..storage.repository import Sessions
 from .auth import REQUIRE_READ, bearer
@@ -70,16 +68,8 @@ def monitor_snapshot(sessions: Sessions) -> list[dict]:
         if version is None:
             continue
         info = repository.get_version(sessions, name, version)
-        sums = feedback_store.window_sums(sessions, info.calibrator_id, version)
-        snapshot.append(
-            {
-                "name": name,
-                "version": version,
-                "windows": {w: window_metrics(sums[w], binary=info.n_classes == 2) for w in WINDOWS},
-                "drift": feedback_store.drift_state(sessions, info.calibrator_id, version),
-                "segments": segment_store.monitors(sessions, info.calibrator_id, version, info.n_classes == 2),
-            }
-        )
+        answer = monitoring_service.monitor(sessions, info.calibrator_id, version, info.n_classes == 2, alpha=1.0)
+        snapshot.append({"name": name, "version": version} | answer)
     return snapshot
 
 
@@ -116,6 +106,49 @@ class MonitorCollector:
         yield evalue
         yield alarm
         yield from _segment_gauges(snapshot)
+        yield from _label_timing_metrics(snapshot)
+
+
+def _label_timing_metrics(snapshot: list[dict]) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    """calibd_label_*: what waits for maturity, what maturity counted, and the label delays (read from the
+    database, so every replica reports the same; the counters only grow)."""
+    gauges = {
+        "calibd_label_backlog_predictions": ("waiting_predictions", "Logged predictions whose label window has not passed"),
+        "calibd_label_backlog_labels": ("waiting_labels", "Labels stored, waiting for their prediction to mature"),
+    }
+    for metric, (key, help_text) in gauges.items():
+        family = GaugeMetricFamily(metric, help_text, labels=["calibrator"])
+        for entry in snapshot:
+            family.add_metric([entry["name"]], entry["labels"][key])
+        yield family
+    counters = {
+        "calibd_late_labels": ("late_labels", "Labels that came after their prediction matured (left out)"),
+        "calibd_implied_negatives": ("implied_negatives", "Predictions without a label at maturity, counted as negatives"),
+        "calibd_unlabelled": ("unlabelled", "Predictions without a label at maturity, left out (missing: unlabelled)"),
+    }
+    for metric, (key, help_text) in counters.items():
+        family = CounterMetricFamily(metric, help_text, labels=["calibrator"])
+        for entry in snapshot:
+            family.add_metric([entry["name"]], entry["labels"][key])
+        yield family
+    delay = GaugeMetricFamily(
+        "calibd_label_delay_seconds", "Label delay (arrival minus prediction time) by label value, from a histogram",
+        labels=["calibrator", "label", "quantile"],
+    )
+    for entry in snapshot:
+        for label, values in entry["labels"]["delays"].items():
+            for quantile, key in (("0.5", "p50_seconds"), ("0.9", "p90_seconds")):
+                if values[key] is not None:
+                    delay.add_metric([entry["name"], label, quantile], values[key])
+    yield delay
+    mismatch = GaugeMetricFamily(
+        "calibd_label_delay_mismatch",
+        "1 when labels are final on arrival but positives' and negatives' delays clearly differ (declare a label window)",
+        labels=["calibrator"],
+    )
+    for entry in snapshot:
+        mismatch.add_metric([entry["name"]], 1.0 if entry["labels"]["delay_mismatch"] else 0.0)
+    yield mismatch
 
 
 def _segment_gauges(snapshot: list[dict]) -> Iterator[GaugeMetricFamily]:

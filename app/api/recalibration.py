@@ -33,7 +33,7 @@ from starlette.responses import Response
 from ..calibration import CalibrationInputError, Calibrator, get_method
 from ..calibration.multicalibration import MulticalibrationCalibrator
 from ..monitoring.recalibration import compare_log_loss
-from ..storage import feedback as feedback_store
+from ..services import monitoring as monitoring_service
 from ..storage import recalibration as loop_store
 from ..storage import repository
 from ..storage.models import utcnow
@@ -174,7 +174,7 @@ async def _loaded_calibrator(app: Services, name: str, version: int) -> Calibrat
 
 async def _maybe_refit(app, calibrator_id, name, policy, current, state) -> dict[str, Any]:
     now = utcnow()
-    alarm = (await run_in_threadpool(feedback_store.drift_state, app.sessions, calibrator_id, current.version))["alarm"]
+    alarm = (await run_in_threadpool(monitoring_service.drift_summary, app.sessions, calibrator_id, current.version))["alarm"]
     scheduled = loop_store.due(state["last_refit_at"], policy.schedule_hours, now)
     triggered = (policy.trigger != "schedule" and alarm) or (policy.trigger != "alarm" and scheduled)
     if not triggered:

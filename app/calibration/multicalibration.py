@@ -347,6 +347,11 @@ class MulticalibrationCalibrator(Calibrator):
             unknown |= codes < 0
         return X, unknown
 
+    def check_features(self, features: Columns) -> None:
+        """Check named features against those this fitted calibrator was fitted on (names and kinds),
+        as ``predict`` checks them; raises CalibrationInputError."""
+        self._check_features(features, self.model_["features"])
+
     def _check_features(self, features: Columns | None, spec: list[dict]) -> None:
         if features is None:
             return

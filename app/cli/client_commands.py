@@ -395,6 +395,20 @@ def _predictor(args: argparse.Namespace) -> int:
     return 0
 
 
+def _labels(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        if args.window is not None:
+            window = None if args.window.lower() == "none" else args.window
+            out = client.set_labels(args.name, window, args.missing)
+        else:
+            out = client.calibrator(args.name)["labels"]
+    if out["window"] is None:
+        print(f"{args.name}: labels are final on arrival (no label window)")
+    else:
+        print(f"{args.name}: label window {out['window']}, a prediction without a label is {out['missing']} when it ends")
+    return 0
+
+
 def _list(args: argparse.Namespace) -> int:
     with _client(args) as client:
         items = list(client.calibrators())
@@ -491,3 +505,13 @@ def add_client_commands(commands) -> None:
     predictor.add_argument("--model", help="with --set: the model's name on the predictor (default: the calibrator's)")
     predictor.add_argument("--output-name", metavar="OUTPUT",
                            help="with --set: the predictor's output to calibrate (default: CALIBD_PREDICTOR_OUTPUT)")
+
+    labels = command("labels", _labels, "show or set how a calibrator's labels arrive (its label window)",
+                     "With a window, the monitors see a prediction once the window has passed since it was served: "
+                     "with its label, or as a negative (or left out) when none came. Without one, labels are final "
+                     "on arrival.")
+    labels.add_argument("name", help="the calibrator's name")
+    labels.add_argument("--window", help='"30s", "15m", "6h", "7d" (up to 90d), or "none": labels final on arrival')
+    labels.add_argument("--missing", choices=["negative", "unlabelled"], default="negative",
+                        help="with --window: a prediction without a label when its window ends (default: negative)")
+

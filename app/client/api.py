@@ -329,6 +329,13 @@ class API:
         yield Call("DELETE", f"/calibrators/{quoted_name(name)}", expect="none", idempotent=False)
 
     @api_call
+    def set_labels(self, name: str, window: str | float | None, missing: str = "negative") -> Operation:
+        """Declare how the calibrator's labels arrive: ``window`` ("30s", "6h", "7d"; None: final on arrival)
+        and what a prediction without a label is when its window ends (``"negative"`` or ``"unlabelled"``)."""
+        body = {"window": window, "missing": missing}
+        return (yield Call("PUT", f"/calibrators/{quoted_name(name)}/labels", json=body)).body
+
+    @api_call
     def monitor(self, name: str, version: int | None = None) -> Operation:
         """The feedback windows' metrics and the drift alarm of a version (default current)."""
         params = {"version": version} if version is not None else None

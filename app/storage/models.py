@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, Float, ForeignKey, Index, Integer, String, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, UniqueConstraint, false, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
@@ -49,6 +49,10 @@ class CalibratorRow(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     #: Transformer mode: the upstream OIP v2 model server this calibrator's /v2 infer forwards to.
     predictor: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
+    #: How long after a prediction its label can still arrive (null: labels are final on arrival).
+    label_window_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    #: A logged prediction without a label at the end of its window: "negative" or "unlabelled".
+    label_missing: Mapped[str] = mapped_column(String(16), default="negative", server_default="negative")
 
     versions: Mapped[list[VersionRow]] = relationship(
         back_populates="calibrator", cascade="all, delete-orphan", passive_deletes=True, order_by="VersionRow.version"
@@ -99,7 +103,10 @@ class PredictionRow(Base):
     """
 
     __tablename__ = "predictions"
-    __table_args__ = (UniqueConstraint("calibrator_id", "prediction_id"),)
+    __table_args__ = (
+        UniqueConstraint("calibrator_id", "prediction_id"),
+        Index("ix_predictions_calibrator_created", "calibrator_id", "created_at"),
+    )
 
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
     calibrator_id: Mapped[int] = mapped_column(ForeignKey("calibrators.id", ondelete="CASCADE"))
@@ -127,6 +134,9 @@ class FeedbackRow(Base):
         Index("ix_feedback_calibrator_version_id", "calibrator_id", "version", "id"),
         # One label per prediction (the first wins); self-contained rows without an id are not constrained.
         Index("uq_feedback_calibrator_prediction", "calibrator_id", "prediction_id", unique=True),
+        Index("ix_feedback_calibrator_version_predicted", "calibrator_id", "version", "predicted_at"),
+        Index("ix_feedback_waiting", "calibrator_id", "predicted_at", postgresql_where=text("waiting"),
+              sqlite_where=text("waiting")),
     )
 
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
@@ -146,6 +156,36 @@ class FeedbackRow(Base):
     #: Feature-taking methods: the row's features, so that a refit can learn from them.
     features: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
     received_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+    #: When the prediction was served (the monitors' time axis); its receipt when unknown.
+    predicted_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    #: True while the row waits for its prediction to mature (a calibrator with a label window).
+    waiting: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    #: Waiting rows: the segment values they will be monitored under when they mature.
+    segments: Mapped[dict[str, str] | None] = mapped_column(JSONType, nullable=True)
+
+
+class LabelMaturityRow(Base):
+    """A windowed calibrator's maturity: every prediction served up to ``matured_through`` is mature."""
+
+    __tablename__ = "label_maturity"
+
+    calibrator_id: Mapped[int] = mapped_column(ForeignKey("calibrators.id", ondelete="CASCADE"), primary_key=True)
+    matured_through: Mapped[datetime] = mapped_column(UTCDateTime)
+    late_labels: Mapped[int] = mapped_column(BigInteger, default=0)
+    implied_negatives: Mapped[int] = mapped_column(BigInteger, default=0)
+    unlabelled: Mapped[int] = mapped_column(BigInteger, default=0)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class LabelDelayRow(Base):
+    """How many labels of one value arrived with a delay in one bin (monitoring.label_delay.DELAY_EDGES)."""
+
+    __tablename__ = "label_delays"
+
+    calibrator_id: Mapped[int] = mapped_column(ForeignKey("calibrators.id", ondelete="CASCADE"), primary_key=True)
+    label: Mapped[int] = mapped_column(Integer, primary_key=True)
+    bin: Mapped[int] = mapped_column(Integer, primary_key=True)
+    count: Mapped[int] = mapped_column(BigInteger)
 
 
 class PendingLabelRow(Base):

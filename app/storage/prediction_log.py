@@ -14,12 +14,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 from datetime import datetime
 
 import numpy as np
 
-from .feedback import JoinCounts, PendingJoin, log_predictions
+from sqlalchemy.orm import Session
+
 from .models import utcnow
+from .predictions import log_predictions
 from .repository import Sessions
 
 logger = logging.getLogger("calibd")
@@ -47,8 +50,8 @@ class PredictionLog:
         sessions: Sessions,
         max_pending: int,
         on_drop: Callable[[str, int], None],
-        join: PendingJoin | None = None,
-        on_join: Callable[[JoinCounts], None] | None = None,
+        join: Callable[[Session], Any] | None = None,
+        on_join: Callable[[Any], None] | None = None,
     ):
         self._sessions = sessions
         self._max_pending = max_pending

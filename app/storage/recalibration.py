@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import func, null, select, update
 
 from .db import transaction
-from .feedback import _insert
+from .sql import insert_for
 from .models import CalibratorRow, FeedbackRow, RecalibrationEventRow, RecalibrationPolicyRow, utcnow
 from .repository import NotFound, Sessions
 
@@ -27,7 +27,7 @@ def set_policy(sessions: Sessions, name: str, policy: dict[str, Any]) -> dict[st
     with transaction(sessions) as session:
         calibrator_id = _calibrator_id(session, name)
         now = utcnow()
-        statement = _insert(session)(RecalibrationPolicyRow).values(calibrator_id=calibrator_id, policy=policy, updated_at=now)
+        statement = insert_for(session)(RecalibrationPolicyRow).values(calibrator_id=calibrator_id, policy=policy, updated_at=now)
         session.execute(
             statement.on_conflict_do_update(index_elements=["calibrator_id"], set_={"policy": policy, "updated_at": now})
         )
@@ -132,14 +132,14 @@ class LabelledRows:
 
 
 def recent_labelled(sessions: Sessions, calibrator_id: int, limit: int, features: bool = False) -> tuple[LabelledRows, int | None]:
-    """The newest ``limit`` labelled rows that carry raw scores (with their features, if asked), and
-    the newest feedback id of the calibrator."""
+    """The ``limit`` mature labelled rows with the newest predictions that carry raw scores (with their
+    features, if asked), oldest first, and the newest feedback id of the calibrator."""
     columns = [FeedbackRow.id, FeedbackRow.scores, FeedbackRow.label, *([FeedbackRow.features] if features else [])]
     with transaction(sessions) as session:
         rows = session.execute(
             select(*columns)
-            .where(FeedbackRow.calibrator_id == calibrator_id, FeedbackRow.scores.is_not(None))
-            .order_by(FeedbackRow.id.desc())
+            .where(FeedbackRow.calibrator_id == calibrator_id, FeedbackRow.scores.is_not(None), ~FeedbackRow.waiting)
+            .order_by(FeedbackRow.predicted_at.desc(), FeedbackRow.id.desc())
             .limit(limit)
         ).all()
         newest = session.scalar(select(func.max(FeedbackRow.id)).where(FeedbackRow.calibrator_id == calibrator_id))
@@ -154,9 +154,19 @@ def recent_labelled(sessions: Sessions, calibrator_id: int, limit: int, features
 def shadow_rows(
     sessions: Sessions, calibrator_id: int, version: int, after_id: int, limit: int, features: bool = False
 ) -> list[tuple]:
-    """Labelled rows served by ``version`` after feedback id ``after_id``, with raw scores (and, with
-    ``features``, only those with features): (scores, label, served probability, served rows, features)."""
+    """Mature labelled rows served by ``version`` after the refit that ended at feedback id ``after_id``,
+    with raw scores (and, with ``features``, only those with features): (scores, label, served probability,
+    served rows, features).
+
+    "After" is by prediction time: rows predicted after the newest prediction the refit could see. By id,
+    it would take the labels that arrive late in a row's window (the implied negatives, stored at
+    maturity) and leave out the early ones of the same predictions (positives, stored on arrival).
+    """
     with transaction(sessions) as session:
+        after_time = session.scalar(
+            select(func.max(FeedbackRow.predicted_at)).where(FeedbackRow.calibrator_id == calibrator_id, FeedbackRow.id <= after_id)
+        )
+        later = FeedbackRow.id > after_id if after_time is None else FeedbackRow.predicted_at > after_time
         rows = (
             session.execute(
                 select(FeedbackRow.scores, FeedbackRow.label, FeedbackRow.probability, FeedbackRow.probabilities,
@@ -164,11 +174,12 @@ def shadow_rows(
                 .where(
                     FeedbackRow.calibrator_id == calibrator_id,
                     FeedbackRow.version == version,
-                    FeedbackRow.id > after_id,
+                    later,
                     FeedbackRow.scores.is_not(None),
+                    ~FeedbackRow.waiting,
                     *([FeedbackRow.features.is_not(None)] if features else []),
                 )
-                .order_by(FeedbackRow.id)
+                .order_by(FeedbackRow.predicted_at, FeedbackRow.id)
                 .limit(limit)
             ).all()
         )

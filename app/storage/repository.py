@@ -15,20 +15,12 @@ from typing import Any
 from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
+from . import maturity
 from .db import transaction
 from .models import CalibratorRow, FeedbackRow, RegistryState, VersionRow, utcnow
-
-
-class NotFound(LookupError):
-    """No calibrator of that name, or no such version of it."""
-
-    def __init__(self, name: str, version: int | None = None):
-        self.name = name
-        self.version = version
-        what = f"calibrator {name!r}" if version is None else f"version {version} of calibrator {name!r}"
-        super().__init__(f"{what} does not exist")
+from .sql import NotFound, Sessions  # noqa: F401 (imported from here by the other modules)
 
 
 class NoCurrentVersion(LookupError):
@@ -85,9 +77,9 @@ class CalibratorInfo:
     created_at: datetime
     updated_at: datetime
     versions: list[VersionInfo] = field(default_factory=list)
-
-
-Sessions = sessionmaker[Session]
+    #: Label timing: the label window in seconds (None: labels are final on arrival), and what a missing label is.
+    label_window_seconds: float | None = None
+    label_missing: str = "negative"
 
 
 def _version_info(calibrator: CalibratorRow, row: VersionRow) -> VersionInfo:
@@ -119,6 +111,8 @@ def _calibrator_info(row: CalibratorRow, versions: list[VersionRow] | None = Non
         created_at=row.created_at,
         updated_at=row.updated_at,
         versions=[_version_info(row, v) for v in versions or []],
+        label_window_seconds=row.label_window_seconds,
+        label_missing=row.label_missing,
     )
 
 
@@ -149,6 +143,7 @@ def create_version(
     promote: bool = True,
     segments: dict[str, Any] | None = None,
     predictor: dict[str, Any] | None = None,
+    labels: tuple[float | None, str] | None = None,
 ) -> VersionInfo:
     """Store a fitted calibrator as version latest + 1 of ``name``, creating the name if new.
 
@@ -157,7 +152,7 @@ def create_version(
     concurrent fits of one name queue there and get consecutive numbers; a
     failed insert rolls the counter back, leaving no gap. ``segments`` and
     ``predictor``, when given, become the calibrator's segment declaration and
-    stored predictor in the same transaction.
+    stored predictor in the same transaction; ``labels`` (window seconds, missing) its label settings.
     """
     now = utcnow()
     with transaction(sessions) as session:
@@ -196,6 +191,8 @@ def create_version(
             from .predictors import store
 
             store(session, calibrator_id, predictor)
+        if labels is not None:
+            maturity.apply_settings(session, calibrator_id, *labels, now)
         if promote:
             session.execute(update(CalibratorRow).where(CalibratorRow.id == calibrator_id).values(current_version=version))
             _bump_generation(session)

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from ..monitoring import segments as core
 from ..monitoring.drift import DriftTest
 from ..monitoring.windows import COUNT_WINDOWS, SUM_FIELDS, TIME_WINDOWS, WINDOWS, BinSums, FeedbackTerms, window_metrics
+from .monitor_state import sums_of_rows
 from .db import transaction
 from .models import (
     CalibratorRow, SegmentDeclarationRow, SegmentDriftStateRow, SegmentFeedbackRow, SegmentMonitorBucketRow,
@@ -194,8 +195,6 @@ def window_sums(
     sessions: Sessions, calibrator_id: int, version: int, now: datetime | None = None
 ) -> dict[tuple[str, str], dict[str, BinSums]]:
     """Bin sums of every window of every segment of one version, by (dimension, segment)."""
-    from .feedback import _sums_of_rows
-
     now = now or utcnow()
     out: dict[tuple[str, str], dict[str, BinSums]] = defaultdict(dict)
     B = SegmentMonitorBucketRow
@@ -233,7 +232,7 @@ def window_sums(
             for dimension, segment, *rest in rows:
                 grouped[(dimension, segment)].append(tuple(rest))
             for key in segments:
-                out[tuple(key)][window] = _sums_of_rows(grouped.get(tuple(key), []))
+                out[tuple(key)][window] = sums_of_rows(grouped.get(tuple(key), []))
     return dict(out)
 
 
@@ -262,9 +261,10 @@ def drift_states(sessions: Sessions, calibrator_id: int, version: int) -> dict[t
     return out
 
 
-def monitors(sessions: Sessions, calibrator_id: int, version: int, binary: bool) -> list[dict]:
-    """Every segment's windows and drift test, the worst calibrated (last_10000 ECE) first."""
-    sums = window_sums(sessions, calibrator_id, version)
+def monitors(sessions: Sessions, calibrator_id: int, version: int, binary: bool, now: datetime | None = None) -> list[dict]:
+    """Every segment's windows and drift test, the worst calibrated (last_10000 ECE) first; time windows
+    end at ``now`` (a calibrator with a label window: where its predictions are mature)."""
+    sums = window_sums(sessions, calibrator_id, version, now)
     drift = drift_states(sessions, calibrator_id, version)
     out = [
         {

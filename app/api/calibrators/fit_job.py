@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ...calibration import CalibrationInputError, fit_calibrator
+from ...monitoring.label_delay import LabelSettingsError, parse_labels
 from ...monitoring.segments import check_declaration
 from ...workers.pool import worker_progress
 from ...workers.spool import FitJob
@@ -66,6 +67,12 @@ def run_fit(job: FitJob, progress: Callable[[float, str], None] | None = None) -
                 segments = check_declaration(segments)
             except CalibrationInputError as error:
                 raise input_error(error, ()) from None
+        labels_setting = None
+        if getattr(fit, "labels", None) is not None:
+            try:
+                labels_setting = parse_labels(fit.labels)
+            except LabelSettingsError as error:
+                raise Problem.invalid(f"/labels/{error.field}" if error.field else "/labels", error.detail) from None
         try:
             result = fit_calibrator(
                 fit.method, fit.input, fit.options, scores, labels, sample_weight,
@@ -87,6 +94,7 @@ def run_fit(job: FitJob, progress: Callable[[float, str], None] | None = None) -
                 "n_samples": result.n_samples,
                 "fit_seconds": result.fit_seconds,
                 "segments": segments,
+                "labels": labels_setting,
                 "predictor": None if getattr(fit, "predictor", None) is None else fit.predictor.model_dump(),
                 "elapsed_seconds": time.perf_counter() - started,
             }

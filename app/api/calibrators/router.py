@@ -32,6 +32,7 @@ from .schemas import (
     VersionDetailOut,
     VersionOut,
 )
+from ...services.label_timing import LabelWindow
 from .upload import read_form
 from .versions import fit_and_store, version_out
 
@@ -48,6 +49,7 @@ def calibrator_out(info: CalibratorInfo) -> dict[str, Any]:
         "created_at": info.created_at,
         "updated_at": info.updated_at,
         "latest": version_out(latest),
+        "labels": LabelWindow(info.label_window_seconds, info.label_missing).as_dict(),
         "versions": [
             {key: value for key, value in version_out(v).items() if key in _LIST_FIELDS} for v in info.versions
         ],

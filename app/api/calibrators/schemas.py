@@ -68,6 +68,12 @@ class FitRequest(BaseModel):
         description='the model server /v2 infer requests without scores are forwarded to, {"url": ..., "model": ..., '
         '"output": ...}; stored with the version, it replaces the calibrator\'s (see PUT /calibrators/{name}/predictor)',
     )
+    labels: dict[str, Any] | None = Field(
+        default=None,
+        description='how labels arrive, {"window": "7d", "missing": "negative"}: window from "1s" to "90d" (s, m, h, d), '
+        "or null for labels final on arrival (the default); missing: what a logged prediction without a label is at the "
+        "end of its window, negative or unlabelled. Replaces the calibrator's (see PUT /calibrators/{name}/labels)",
+    )
 
 
 class FitUpload(BaseModel):
@@ -122,6 +128,12 @@ class VersionListItem(BaseModel):
     created_at: datetime
 
 
+class LabelsOut(BaseModel):
+    window: str | None = Field(description='how long after a prediction its label can still arrive ("7d"); null: final on arrival')
+    window_seconds: float | None
+    missing: str = Field(description="a logged prediction without a label at the end of its window: negative or unlabelled")
+
+
 class CalibratorOut(BaseModel):
     name: str
     current_version: int | None
@@ -129,6 +141,7 @@ class CalibratorOut(BaseModel):
     created_at: datetime
     updated_at: datetime
     latest: VersionOut
+    labels: LabelsOut
     versions: list[VersionListItem]
 
 

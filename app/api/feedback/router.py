@@ -2,40 +2,33 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
-from typing import Annotated, Any
+from typing import Annotated
 
-import numpy as np
-import orjson
 from fastapi import APIRouter, Header, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from ...calibration import CalibrationInputError
-from ...calibration.base import as_float_array, check_scores, encode_labels
-from ...calibration.columns import check_columns
-from ...calibration.multicalibration import MulticalibrationCalibrator
-from ...monitoring.windows import WINDOWS, window_metrics
-from ...monitoring.segments import check_rows
-from ...storage import feedback as feedback_store
-from ...storage import segments as segment_store
+from ...services import feedback as feedback_service
+from ...services import label_timing
+from ...services import monitoring as monitoring_service
+from ...services.label_timing import LabelWindow
+from ...services.errors import InvalidRequest
+from ...services.feedback import FeedbackRequest as FeedbackInput
+from ...services.feedback import JoinCounts
+from ...storage import pending_labels
 from ...storage.cache import LoadedCalibrator
-from ...storage.feedback import DriftSettings, IdempotencyConflict, JoinCounts, LabelledBatch, StoredRequest, feature_rows
 from ..bodies import parse_json_object, require_json
-from ..calibrate.router import MAX_ID_LENGTH
 from ..observability import FEEDBACK, FEEDBACK_DUPLICATES, FEEDBACK_UNMATCHED
 from ..problems import Problem, input_error
 from ..tables import feedback_request, read_table_request, table_body
 from ..state import Services, services
 from ..validation import MAX_VERSION, NamePath, json_response, request_body, validate
-from .schemas import FeedbackReceipt, FeedbackRequest, FeedbackUpload, MonitorOut, UnmatchedLabelsOut
-from ..auth import REQUIRE_FEEDBACK, REQUIRE_READ
+from ..calibrators.schemas import LabelsOut
+from .schemas import FeedbackReceipt, FeedbackRequest, FeedbackUpload, LabelsIn, MonitorOut, UnmatchedLabelsOut
+from ..auth import REQUIRE_ADMIN, REQUIRE_FEEDBACK, REQUIRE_READ
 
 router = APIRouter(tags=["feedback"])
-
-IDEMPOTENCY_KEY = "/header/Idempotency-Key"
 
 
 def count_joins(counts: JoinCounts) -> None:
@@ -51,67 +44,8 @@ def count_joins(counts: JoinCounts) -> None:
             FEEDBACK_UNMATCHED.labels(name).inc(n)
 
 
-def _digest(body: FeedbackRequest) -> str:
-    """sha256 of what the request says (its fields, keys sorted), whatever the encoding: a multipart
-    upload sent again has a new boundary, a JSON body sent again may have other spacing."""
-    fields = {name: getattr(body, name) for name in FeedbackRequest.model_fields}
-    try:
-        text = orjson.dumps(fields, option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY, default=_plain)
-    except orjson.JSONEncodeError:  # integers beyond 64 bits: the request is refused later, but hashed first
-        text = json.dumps(fields, sort_keys=True, default=_plain).encode()
-    return hashlib.sha256(text).hexdigest()
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, (np.ndarray, np.generic)):  # the dtypes orjson leaves out (strings, objects)
-        return value.tolist()
-    raise TypeError(type(value).__name__)
-
-
-def _replay(stored: StoredRequest, request_sha256: str | None) -> Response:
-    if not stored.same_request(request_sha256):
-        # IETF httpapi Idempotency-Key draft: a key reused with another payload is refused.
-        raise Problem.invalid(IDEMPOTENCY_KEY, "this Idempotency-Key was used with a different request body; use a new key")
-    return json_response(stored.response, 202, headers={"Idempotent-Replayed": "true"})
-
-
 async def resolve(app: Services, name: str, version: int | None) -> LoadedCalibrator:
     return app.store.get(name, version) or await run_in_threadpool(app.store.load, name, version)
-
-
-def _check_ids(ids: list, n: int, against: str = "labels") -> list[str]:
-    for position, value in enumerate(ids):
-        if not isinstance(value, str) or not 0 < len(value) <= MAX_ID_LENGTH or "\x00" in value:
-            raise Problem.invalid(f"/ids/{position}", f"ids are non-empty strings of at most {MAX_ID_LENGTH} characters, without NUL")
-    if len(ids) != n:
-        if against == "labels":
-            raise Problem.invalid("/labels", f"has {n} entries but ids has {len(ids)}")
-        raise Problem.invalid("/ids", f"has {len(ids)} entries but {against} has {n}")
-    return ids
-
-
-def _check_flags(values: list, n: int) -> np.ndarray:
-    for position, value in enumerate(values):
-        if not isinstance(value, bool):
-            raise Problem.invalid(f"/accepted/{position}", "must be true or false")
-    if len(values) != n:
-        raise Problem.invalid("/accepted", f"has {len(values)} entries but probabilities has {n}")
-    return np.array(values, dtype=bool)
-
-
-def _check_features(loaded: LoadedCalibrator, value: object, n: int) -> list[dict]:
-    """Features sent with self-contained rows, checked as /calibrate checks them for this version
-    (the columns and kinds it was fitted on), as one {column: value} per row."""
-    spec = loaded.calibrator.predict_arrays.get("features")
-    if spec is None or not spec.columns:
-        raise CalibrationInputError(
-            "features", "this version takes no named features (multicalibration, or auto fitted with features, does)"
-        )
-    columns = check_columns(value, "features", n)
-    fitted = getattr(loaded.calibrator, "calibrator_", loaded.calibrator)  # auto: the method it chose
-    if isinstance(fitted, MulticalibrationCalibrator):
-        fitted._check_features(columns, fitted.model_["features"])  # what its predict checks
-    return feature_rows(columns)
 
 
 @router.post(
@@ -135,84 +69,22 @@ async def record_feedback(
         locate = lambda error: input_error(error, ())  # noqa: E731
     else:
         body, locate = feedback_request(*table)
-    app = services(request)
-    if body.ids is None and body.probabilities is None:
-        raise Problem.invalid("/ids", "send ids (labels for logged predictions) or probabilities (labelled directly)")
-    digest = None
-    if idempotency_key is not None:
-        digest = await run_in_threadpool(_digest, body)
-        key = f"{body.calibrator}:{idempotency_key}"
-        stored = await run_in_threadpool(feedback_store.stored_response, app.sessions, key)
-        if stored is not None:
-            return _replay(stored, digest)
-    else:
-        key = None
-
-    loaded = await resolve(app, body.calibrator, body.version)
-    sent_segments = getattr(body, "segments", None)
-    declared = None
-    if sent_segments is not None:
-        declared = await run_in_threadpool(segment_store.read_declaration, app.sessions, loaded.calibrator_id)
-    try:
-        if body.probabilities is None:
-            for field in ("version", "accepted", "scores", "features"):
-                if getattr(body, field) is not None:
-                    raise Problem.invalid(f"/{field}", "only with probabilities (logged predictions carry their own)")
-            ids = _check_ids(body.ids, len(body.labels))
-            labels, _ = encode_labels(body.labels, len(ids), loaded.n_classes, loaded.classes)
-            segments = None if sent_segments is None else check_rows(sent_segments, len(ids), declared)
-            batches, by_id = None, {"ids": ids, "labels": labels, "segments": segments}
-        else:
-            tasks = ("binary",) if loaded.n_classes == 2 else ("multiclass",)
-            columns = None if loaded.n_classes == 2 else loaded.n_classes
-            probabilities = check_scores(body.probabilities, "probability", tasks, n_columns=columns, field="probabilities")
-            labels, _ = encode_labels(body.labels, probabilities.shape[0], loaded.n_classes, loaded.classes)
-            accepted = None if body.accepted is None else _check_flags(body.accepted, probabilities.shape[0])
-            raw = None
-            if body.scores is not None:
-                raw = as_float_array(body.scores, "scores", ndim=(1, 2))
-                if raw.shape[0] != probabilities.shape[0]:
-                    raise Problem.invalid("/scores", f"has {raw.shape[0]} entries but probabilities has {probabilities.shape[0]}")
-            # Ids with probabilities name the predictions: one label per id holds here too.
-            prediction_ids = None if body.ids is None else _check_ids(body.ids, probabilities.shape[0], "probabilities")
-            segments = None if sent_segments is None else check_rows(sent_segments, probabilities.shape[0], declared)
-            sent_features = getattr(body, "features", None)
-            features = None
-            if sent_features is not None:
-                if raw is None:
-                    raise Problem.invalid("/features", "only with scores: a refit learns from the raw scores and their features")
-                features = _check_features(loaded, sent_features, probabilities.shape[0])
-            batches = [
-                LabelledBatch(
-                    loaded.version, probabilities, labels, prediction_ids=prediction_ids, accepted=accepted,
-                    scores=None if raw is None else raw.tolist(), segments=segments, features=features,
-                )
-            ]
-            by_id = {}
-    except CalibrationInputError as error:
-        raise locate(error) from None
-
-    settings = app.settings
     try:
         receipt = await run_in_threadpool(
-            lambda: feedback_store.record_feedback(
-                app.sessions,
-                calibrator_id=loaded.calibrator_id,
-                batches=batches,
-                prediction_ttl=settings.prediction_ttl,
-                drift=DriftSettings(settings.monitor_alpha, settings.monitor_tolerance),
-                idempotency_key=key,
-                request_sha256=digest,
-                **by_id,
-            )
+            feedback_service.record, services(request), FeedbackInput.of(body), idempotency_key
         )
-    except IdempotencyConflict:
-        return _replay(await run_in_threadpool(feedback_store.stored_response, app.sessions, key), digest)
-    if receipt["count"]:
-        FEEDBACK.labels(loaded.name).inc(receipt["count"])
-    if receipt["duplicate_ids"]:
-        FEEDBACK_DUPLICATES.labels(loaded.name).inc(len(receipt["duplicate_ids"]))
-    return json_response(receipt, 202)
+    except InvalidRequest as error:
+        raise Problem.invalid(error.pointer, error.detail) from None
+    except CalibrationInputError as error:
+        raise locate(error) from None
+    if receipt.replayed:
+        return json_response(receipt.response, 202, headers={"Idempotent-Replayed": "true"})
+    name = body.calibrator
+    if receipt.response["count"]:
+        FEEDBACK.labels(name).inc(receipt.response["count"])
+    if receipt.response["duplicate_ids"]:
+        FEEDBACK_DUPLICATES.labels(name).inc(len(receipt.response["duplicate_ids"]))
+    return json_response(receipt.response, 202)
 
 
 @router.get(
@@ -226,7 +98,7 @@ async def unmatched_labels(
     request: Request, name: NamePath, limit: Annotated[int, Query(ge=1, le=10_000)] = 100
 ) -> Response:
     app = services(request)
-    found = await run_in_threadpool(feedback_store.pending_labels, app.sessions, name, limit)
+    found = await run_in_threadpool(pending_labels.listing, app.sessions, name, limit)
     grace = app.settings.pending_label_grace_seconds
     return json_response({"calibrator": name, "grace_seconds": grace} | found)
 
@@ -244,15 +116,32 @@ async def monitor(
     app = services(request)
     loaded = await resolve(app, name, version)
 
-    def read() -> dict:
-        sums = feedback_store.window_sums(app.sessions, loaded.calibrator_id, loaded.version)
-        drift = feedback_store.drift_state(app.sessions, loaded.calibrator_id, loaded.version)
-        return {
-            "calibrator": name,
-            "version": loaded.version,
-            "windows": {w: window_metrics(sums[w], binary=loaded.n_classes == 2) for w in WINDOWS},
-            "drift": drift | {"threshold": math.log(1.0 / app.settings.monitor_alpha)},
-            "segments": segment_store.monitors(app.sessions, loaded.calibrator_id, loaded.version, loaded.n_classes == 2),
-        }
+    answer = await run_in_threadpool(
+        monitoring_service.monitor, app.sessions, loaded.calibrator_id, loaded.version, loaded.n_classes == 2,
+        app.settings.monitor_alpha,
+    )
+    return json_response({"calibrator": name, "version": loaded.version} | answer)
 
-    return json_response(await run_in_threadpool(read))
+
+@router.put(
+    "/calibrators/{name}/labels",
+    dependencies=[REQUIRE_ADMIN],
+    summary="Declare how the calibrator's labels arrive: the label window and what a missing label is",
+    description=(
+        'Body: {"window": "7d", "missing": "negative"}; window from "1s" to "90d", or null for labels final on arrival. '
+        "With a window, the monitors see a prediction once its window has passed since it was served, with its "
+        "label, or as an implied negative (missing: negative) or left out and counted (missing: unlabelled)."
+    ),
+    openapi_extra=request_body(("application/json", LabelsIn)),
+    response_model=LabelsOut,
+    responses={404: {}, 415: {}, 422: {}},
+)
+async def put_labels(request: Request, name: NamePath) -> Response:
+    require_json(request.headers)
+    data = parse_json_object(await request.body())
+    try:
+        labels = LabelWindow.parse(data, at="")
+    except InvalidRequest as error:
+        raise Problem.invalid(error.pointer or "/", error.detail) from None
+    answer = await run_in_threadpool(label_timing.set_labels, services(request), name, labels)
+    return json_response(answer)

@@ -73,6 +73,12 @@ class FeedbackRequest(BaseModel):
         '({"country": ["br", ...], "age": [31, ...]}), checked against the version\'s features; kept with the rows, so '
         "that closed-loop recalibration refits on them. Labels by id inherit the features logged by /calibrate",
     )
+    predicted_at: str | list[str] | None = Field(
+        default=None,
+        description="with probabilities: when the predictions were made (ISO 8601; one for the batch, or one per row; "
+        "without an offset, UTC). With a label window the rows wait until it has passed since then; without "
+        "predicted_at they are mature on arrival. Labels by id take the time their prediction was logged",
+    )
 
 
 class FeedbackUpload(BaseModel):
@@ -95,6 +101,12 @@ class FeedbackReceipt(BaseModel):
     unknown_ids: list[str] = Field(description="ids not in the prediction log yet; their labels are pending")
     expired_ids: list[str] = Field(description="ids whose prediction is older than CALIBD_PREDICTION_TTL; not recorded")
     duplicate_ids: list[str] = Field(description="ids labelled before (first label wins), or repeated in the request; not recorded")
+    late_ids: list[str] | None = Field(
+        default=None,
+        description="calibrators with a label window only: ids whose prediction had matured (its window had passed) "
+        "before the label came; counted as late, not recorded (late self-contained rows without ids are counted in "
+        "calibd_late_labels_total)",
+    )
 
 
 class UnmatchedLabel(BaseModel):
@@ -123,11 +135,44 @@ class DriftOut(BaseModel):
     updated_at: datetime | None
 
 
+class LabelsIn(BaseModel):
+    """A calibrator's label settings."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    window: str | float | None = Field(
+        default=None, description='"30s", "15m", "6h", "7d" (1 s to 90 days) or seconds; null: labels are final on arrival'
+    )
+    missing: str = Field(default="negative", description="negative or unlabelled")
+
+
+class LabelDelayOut(BaseModel):
+    count: int
+    p50_seconds: float | None
+    p90_seconds: float | None
+
+
+class LabelTimingOut(BaseModel):
+    window: str | None = Field(description="the label window (null: labels are final on arrival)")
+    window_seconds: float | None
+    missing: str = Field(description="a logged prediction without a label at the end of its window: negative or unlabelled")
+    matured_through: datetime | None = Field(description="predictions served up to this time are mature (with a window)")
+    waiting_predictions: int = Field(description="logged predictions whose window has not passed yet")
+    waiting_labels: int = Field(description="labels stored, waiting for their prediction to mature")
+    late_labels: int = Field(description="labels that came after their prediction matured: counted, left out")
+    implied_negatives: int = Field(description="logged predictions without a label at maturity, counted as negatives")
+    unlabelled: int = Field(description="logged predictions without a label at maturity, left out (missing: unlabelled)")
+    delays: dict[str, LabelDelayOut] = Field(description="label delay (arrival minus prediction time) by label value")
+    delay_mismatch: bool = Field(description="labels final on arrival, and positives' and negatives' delays clearly differ")
+    diagnostic: str | None = Field(description="what the delay mismatch means and which setting to change")
+
+
 class MonitorOut(BaseModel):
     calibrator: str
     version: int
     windows: dict[str, dict[str, float | None]]
     drift: DriftOut
+    labels: LabelTimingOut
     segments: list[SegmentMonitorOut] = Field(
         description="one per (dimension, value) seen, the worst calibrated first (ECE of the last_10000 window)"
     )

@@ -6,17 +6,16 @@
 
 from __future__ import annotations
 
-import math
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from ...monitoring.windows import WINDOWS, window_metrics
+from ...monitoring.windows import window_metrics
 from ...reporting import render_diagram, render_page
-from ...storage import feedback as feedback_store
-from ...storage import segments as segment_store
+from ...services import monitoring as monitoring_service
+from ...storage import monitor_state
 from ...storage import recalibration as recalibration_store
 from ...storage import repository
 from ..auth import REQUIRE_READ
@@ -36,12 +35,12 @@ def build_report(app: Services, name: str, version: int | None, hours: int) -> d
         raise Problem(409, f"version {info.version} has no holdout diagram (fitted by an older calibd); refit to report on it")
     calibrator = repository.get_calibrator(app.sessions, name)
     binary = info.n_classes == 2
-    sums = feedback_store.window_sums(app.sessions, info.calibrator_id, info.version)
+    monitor = monitoring_service.monitor(app.sessions, info.calibrator_id, info.version, binary, app.settings.monitor_alpha)
+    end = monitor["labels"]["matured_through"] if monitor["labels"]["window"] is not None else None
     history = [
         {"hour": hour, **window_metrics(hour_sums, binary)}
-        for hour, hour_sums in feedback_store.hourly_history(app.sessions, info.calibrator_id, info.version, hours)
+        for hour, hour_sums in monitor_state.hourly_history(app.sessions, info.calibrator_id, info.version, hours, end)
     ]
-    drift = feedback_store.drift_state(app.sessions, info.calibrator_id, info.version)
     loop = recalibration_store.get_state(app.sessions, name)
     return {
         "calibrator": name,
@@ -56,10 +55,11 @@ def build_report(app: Services, name: str, version: int | None, hours: int) -> d
         "fit": info.summary.get("fit", {}),
         "holdout": info.summary["holdout"],
         "feedback": {
-            "windows": {w: window_metrics(sums[w], binary) for w in WINDOWS},
+            "windows": monitor["windows"],
             "history": history,
-            "drift": drift | {"threshold": math.log(1.0 / app.settings.monitor_alpha)},
-            "segments": segment_store.monitors(app.sessions, info.calibrator_id, info.version, binary),
+            "drift": monitor["drift"],
+            "segments": monitor["segments"],
+            "labels": monitor["labels"],
         },
         "versions": [
             {
