@@ -34,7 +34,7 @@ def _client_command(handler):
     """Run a client command: errors become one line on stderr and an exit status, never a traceback."""
 
     def run(args: argparse.Namespace) -> int:
-        from .client import CalibdError, ConnectionFailed, Unavailable
+        from ..client import CalibdError, ConnectionFailed, Unavailable
 
         try:
             return handler(args)
@@ -72,7 +72,7 @@ def _client_command(handler):
 
 
 def _client(args: argparse.Namespace):
-    from .client import Client
+    from ..client import Client
 
     return Client(args.url, timeout=args.timeout)
 
@@ -180,7 +180,7 @@ def _numbers(path: str, header: list[str], rows: list[list[str]], columns: list[
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from .batch import indexed_columns
+    from ..batch import indexed_columns
 
     if args.input is not None:
         return _calibrate_parquet(args)
@@ -211,7 +211,7 @@ def _calibrate_parquet(args: argparse.Namespace) -> int:
     from an export file, or from the named calibrator's export fetched from calibd."""
     import json
 
-    from .batch import calibrate_parquet
+    from ..batch import calibrate_parquet
 
     if args.output is None or not args.input.endswith(".parquet") or not args.output.endswith(".parquet"):
         raise InputFileError("--input and --output are both .parquet files")
@@ -240,7 +240,7 @@ def _write_calibration(result, kept: list[tuple[str, list[str]]], output: str | 
 
     import numpy as np
 
-    from .batch import output_columns
+    from ..batch import output_columns
 
     calibrated = output_columns(result.probabilities, result.extras)
     names, columns = list(calibrated), list(calibrated.values())
@@ -261,7 +261,7 @@ def _write_calibration(result, kept: list[tuple[str, list[str]]], output: str | 
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from .batch import indexed_columns
+    from ..batch import indexed_columns
 
     header, rows = _read_csv(args.file)
     if "label" not in header:
@@ -300,7 +300,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 def _plot(evaluation, args: argparse.Namespace) -> None:
     from pathlib import Path
 
-    from .reporting import render_diagram
+    from ..reporting import render_diagram
 
     reliability = evaluation.reliability
     if reliability.get("bins") is not None:

@@ -14,8 +14,8 @@ from ..config import check_predictor_url, get_settings
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from .storage import migrate
-    from .storage.db import make_engine
+    from ..storage import migrate
+    from ..storage.db import make_engine
 
     settings = get_settings()
     engine = make_engine(settings.database_url)
@@ -80,7 +80,7 @@ def _flush_logs_on_sigterm() -> None:
     SIGTERM ends it."""
     import signal
 
-    from .api.logs import flush_logs
+    from ..api.logs import flush_logs
 
     def flush_and_terminate(signum, frame) -> None:
         flush_logs()
@@ -98,7 +98,7 @@ def _any_keys(engine) -> bool:
 
 
 def _sessions():
-    from .storage.db import make_engine, make_sessionmaker
+    from ..storage.db import make_engine, make_sessionmaker
 
     return make_sessionmaker(make_engine(get_settings().database_url))
 
@@ -119,8 +119,8 @@ def _parse_duration(text: str):
 
 
 def _keys_create(args: argparse.Namespace) -> int:
-    from .storage import keys
-    from .storage.models import utcnow
+    from ..storage import keys
+    from ..storage.models import utcnow
 
     expires = utcnow() + args.expires if args.expires else None
     try:
@@ -139,8 +139,8 @@ def _keys_create(args: argparse.Namespace) -> int:
 
 
 def _keys_list(_args: argparse.Namespace) -> int:
-    from .storage import keys
-    from .storage.models import utcnow
+    from ..storage import keys
+    from ..storage.models import utcnow
 
     now = utcnow()
     print(f"{'KEY ID':<10} {'SCOPES':<28} {'CREATED':<17} {'EXPIRES':<17} STATE  DESCRIPTION")
@@ -152,7 +152,7 @@ def _keys_list(_args: argparse.Namespace) -> int:
 
 
 def _keys_revoke(args: argparse.Namespace) -> int:
-    from .storage import keys
+    from ..storage import keys
 
     try:
         keys.revoke_key(_sessions(), args.key_id)
@@ -164,8 +164,8 @@ def _keys_revoke(args: argparse.Namespace) -> int:
 
 
 def _migrate(_args: argparse.Namespace) -> int:
-    from .storage import migrate
-    from .storage.db import make_engine
+    from ..storage import migrate
+    from ..storage.db import make_engine
 
     engine = make_engine(get_settings().database_url)
     migrate.upgrade(engine)
