@@ -112,12 +112,12 @@ def main(argv=None) -> int:
     parser.add_argument("--streams", type=int, default=1000)
     parser.add_argument("--null-streams", type=int, default=1000, help="streams of the family-wise runs (20 segments)")
     parser.add_argument("--null-streams-100", type=int, default=200, help="streams of the family-wise run at 100 segments")
-    parser.add_argument("--designs", default=",".join(DESIGNS))
+    parser.add_argument("--designs", default=";".join(DESIGNS), help="names separated by ;")
     parser.add_argument("--scale", type=float, default=FAMILY_SCALE, help="family start prior scale, labels")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
-    designs = args.designs.split(",")
+    designs = args.designs.split(";")
     t0 = time.perf_counter()
     load = os.getloadavg()[0]
 
