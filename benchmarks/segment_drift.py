@@ -116,7 +116,13 @@ def main(argv=None) -> int:
     parser.add_argument("--scale", type=float, default=FAMILY_SCALE, help="family start prior scale, labels")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--cpu", action="store_true", help="only the CPU cost per feedback batch")
     args = parser.parse_args(argv)
+    if args.cpu:
+        print("| design | segments | labels each | CPU ms per feedback batch (median) | ratio to today |")
+        print("|---|---|---|---|---|")
+        print("\n".join(cpu_per_batch()))
+        return 0
     designs = args.designs.split(";")
     t0 = time.perf_counter()
     load = os.getloadavg()[0]
@@ -173,10 +179,42 @@ def main(argv=None) -> int:
     print("| case | design | streams | family-wise rate |")
     print("|---|---|---|---|")
     print("\n".join(null_rows))
+    print("\n## CPU per feedback batch of the segment tests (load, update, save each segment's state)\n")
+    print("| design | segments | labels each | CPU ms per feedback batch (median) | ratio to today |")
+    print("|---|---|---|---|---|")
+    print("\n".join(cpu_per_batch()))
     print(f"\nRuntime {time.perf_counter() - t0:.0f} s.")
     if args.json:
         args.json.write_text(json.dumps({"load": load, "scale": args.scale, "results": records}, indent=1))
     return 0
+
+
+def cpu_per_batch(repeats: int = 5, n_segments: int = 100, n: int = 100) -> list[str]:
+    """CPU seconds per feedback batch of the segment tests as storage runs them: load, update, save, per segment."""
+    rng = np.random.default_rng(1)
+    from calibd.monitoring.drift import DriftTest
+    from calibd.monitoring.segment_drift import SegmentDriftTest
+
+    p = rng.uniform(0.01, 0.2, (n_segments, n))
+    y = (rng.uniform(size=p.shape) < p).astype(np.int8)
+    old = [DriftTest(alpha=ALPHA / (n_segments + 1), tolerance=TOLERANCE) for _ in range(n_segments)]
+    new = [SegmentDriftTest(alpha=ALPHA, tolerance=TOLERANCE) for _ in range(n_segments)]
+    for j in range(n_segments):  # a stored state with history, as after some batches
+        old[j].update(p[j], y[j])
+        new[j].update(p[j], y[j], 1e-4)
+    saved = {"split (today)": [t.to_dict() for t in old], "budget": [t.to_dict() for t in new]}
+    times = {}
+    for _ in range(repeats):
+        for name, cls in (("split (today)", DriftTest), ("budget", SegmentDriftTest)):
+            start = time.process_time()
+            for j in range(n_segments):
+                test = cls.from_dict(json.loads(json.dumps(saved[name][j])))
+                test.update(p[j], y[j]) if cls is DriftTest else test.update(p[j], y[j], 1e-4)
+                json.dumps(test.to_dict())
+            times.setdefault(name, []).append(time.process_time() - start)
+    base = float(np.median(times["split (today)"]))
+    return [f"| {name} | {n_segments} | {n} | {1000 * float(np.median(t)):.1f} | {float(np.median(t)) / base:.2f} |"
+            for name, t in times.items()]
 
 
 def run_null(design, m, rng, sizes, mu, edge, batches, scale):

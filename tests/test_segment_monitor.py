@@ -14,7 +14,7 @@ from scipy.special import expit
 
 from calibd.monitoring.drift import DriftTest, ParallelDriftTests
 from calibd.monitoring.segment_drift import ParallelSegmentDriftTests, SegmentDriftTest, start_mass
-from calibd.monitoring.segments import OTHER, assign, check_declaration, check_rows, segment_alpha, next_alpha
+from calibd.monitoring.segments import OTHER, assign, check_declaration, check_rows, segment_alpha
 
 
 def column(*values):
@@ -68,28 +68,6 @@ def test_rows_must_be_declared_strings_of_the_right_length():
     with pytest.raises(CalibrationInputError) as caught:
         check_rows({"country": ["a"]}, 1, None)
     assert caught.value.field == "segments"
-
-
-def test_the_split_gives_out_alpha_over_every_segment_of_every_dimension():
-    declared = {"dimensions": ["country", "device"], "max_values": 9}
-    assert segment_alpha(0.05, 2, 9) == pytest.approx(0.05 / 20)
-    spent = 0.0
-    for _ in range(20):
-        spent += next_alpha(0.05, declared, spent)
-    assert spent == pytest.approx(0.05)
-    assert next_alpha(0.05, declared, spent) == pytest.approx(0.0, abs=1e-15)
-
-
-def test_no_sequence_of_declarations_gives_out_more_than_alpha():
-    rng = np.random.default_rng(0)
-    for _ in range(200):
-        spent = 0.0
-        for _ in range(rng.integers(1, 400)):
-            declared = {"dimensions": ["d"] * int(rng.integers(1, 4)), "max_values": int(rng.integers(1, 30))}
-            share = next_alpha(0.05, declared, spent)
-            assert share >= 0.0
-            spent += share
-        assert spent <= 0.05 + 1e-15
 
 
 def test_segment_tests_under_the_null_alarm_together_at_most_alpha():
