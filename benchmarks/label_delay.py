@@ -3,8 +3,8 @@
     .venv/bin/python benchmarks/label_delay.py                 # 500 streams a case, some minutes
     .venv/bin/python benchmarks/label_delay.py --streams 100   # a quick look
 
-Each stream serves a batch of 2,000 predictions per step (p = sigmoid(z),
-z ~ Normal(mu, 1), 5% base rate); a label is drawn from sigmoid(z), or after
+Each stream serves a batch of 1,000 predictions per step (p = sigmoid(z),
+z ~ Normal(mu, 1), a 30% base rate by default); a label is drawn from sigmoid(z), or after
 the change (step 9) from the shifted truth. Its arrival step depends on its
 value:
 
@@ -23,7 +23,7 @@ the service feeds them:
   arrived at step s, in arrival order.
 
 Global: every label shifts by +0.4 logit. Segments: 20 segments, the first with
-10% of each batch (200 labels), the others 94 or 95; the first shifts by +0.6.
+10% of each batch (100 labels), the others 47 or 48; the first shifts by +0.6.
 Delay: steps from the first shifted prediction to the alarm (1 = at once).
 The issue's claim checked: with a window, delay <= W + 1.5 x the delay with
 immediate labels (medians, on the same streams).
@@ -47,8 +47,8 @@ from calibd.monitoring import DriftTest, ParallelDriftTests  # noqa: E402
 from calibd.monitoring.segment_drift import ParallelSegmentDriftTests, SegmentDriftTest, start_mass  # noqa: E402
 from monitor_sim import mean_logit_for_rate  # noqa: E402
 
-ALPHA, TOLERANCE, N, CHANGE = 0.05, 0.1, 2000, 8
-SIZES = [200] + [95] * 10 + [94] * 9
+ALPHA, TOLERANCE, N, CHANGE = 0.05, 0.1, 1000, 8
+SIZES = [100] + [48] * 7 + [47] * 12
 EDGES = np.cumsum([0] + SIZES)
 
 
@@ -144,14 +144,15 @@ def summary(first: np.ndarray, shifted: bool) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--streams", type=int, default=500)
-    parser.add_argument("--steps", type=int, default=24)
+    parser.add_argument("--steps", type=int, default=16)
+    parser.add_argument("--base-rate", type=float, default=0.3)
     parser.add_argument("--window", type=int, default=3, help="label window, in steps")
     parser.add_argument("--chunk", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "label_delay.md")
     args = parser.parse_args(argv)
     t0, load = time.perf_counter(), os.getloadavg()[0]
-    mu = mean_logit_for_rate(0.05)
+    mu = mean_logit_for_rate(args.base_rate)
     cases = [("immediate", "immediate"), ("positives first", "window"), ("mixed", "window"),
              ("positives first", "arrival"), ("mixed", "arrival")]
     rows, medians = [], {}
@@ -185,7 +186,7 @@ def main(argv=None) -> int:
         "## Label timing: drift alarms when a label's delay depends on its value",
         "",
         f"x86_64, 2 cores, load average {load:.1f} at start. `benchmarks/label_delay.py`: {args.streams} streams a case, "
-        f"{args.steps} steps of {N} predictions (5% base rate), alpha {ALPHA}, tolerance {TOLERANCE}, window {args.window} "
+        f"{args.steps} steps of {N} predictions ({args.base_rate:.0%} base rate), alpha {ALPHA}, tolerance {TOLERANCE}, window {args.window} "
         f"steps; shift from step {CHANGE + 1}: +0.4 logit on every label (global), +0.6 in one segment of 20 with 10% of "
         "the traffic (segment). Positives first: positives at once, negatives at the window's end; mixed: positives "
         f"0-1 step late, negatives 1-{args.window}. False alarms: calibrated streams, alarms at any step (segments: any "

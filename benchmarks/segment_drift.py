@@ -116,6 +116,8 @@ def main(argv=None) -> int:
     parser.add_argument("--scale", type=float, default=FAMILY_SCALE, help="family start prior scale, labels")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "segment_drift.md",
+                        help="the RESULTS.md section written")
     parser.add_argument("--cpu", action="store_true", help="only the CPU cost per feedback batch")
     args = parser.parse_args(argv)
     if args.cpu:
@@ -169,21 +171,31 @@ def main(argv=None) -> int:
             null_rows.append(f"| {name} | {design} | {m} | {fwer:.2%} |")
             print(null_rows[-1], file=sys.stderr, flush=True)
 
-    print(f"\n## Segment drift tests: designs against the oracle ({args.streams} streams a case, alpha {ALPHA}, "
+    lines: list[str] = []
+
+    def emit(*parts, **_):
+        lines.append(" ".join(str(x) for x in parts))
+
+    emit(f"\n## Segment drift tests: designs against the oracle ({args.streams} streams a case, alpha {ALPHA}, "
           f"tolerance {TOLERANCE}, shift +0.6 in the first segment)\n")
-    print(f"Load average {load:.1f} at start; family start prior scale {args.scale:g} labels.\n")
-    print("| case | design | detected | median delay | 90% delay | oracle | median / oracle | alarmed before |")
-    print("|---|---|---|---|---|---|---|---|")
-    print("\n".join(rows))
-    print("\n## Family-wise false alarms, no drift (any segment ever alarmed)\n")
-    print("| case | design | streams | family-wise rate |")
-    print("|---|---|---|---|")
-    print("\n".join(null_rows))
-    print("\n## CPU per feedback batch of the segment tests (load, update, save each segment's state)\n")
-    print("| design | segments | labels each | CPU ms per feedback batch (median) | ratio to today |")
-    print("|---|---|---|---|---|")
-    print("\n".join(cpu_per_batch()))
-    print(f"\nRuntime {time.perf_counter() - t0:.0f} s.")
+    emit(f"Load average {load:.1f} at start; family start prior scale {args.scale:g} labels.\n")
+    emit("| case | design | detected | median delay | 90% delay | oracle | median / oracle | alarmed before |")
+    emit("|---|---|---|---|---|---|---|---|")
+    emit("\n".join(rows))
+    emit("\n## Family-wise false alarms, no drift (any segment ever alarmed)\n")
+    emit("| case | design | streams | family-wise rate |")
+    emit("|---|---|---|---|")
+    emit("\n".join(null_rows))
+    emit("\n## CPU per feedback batch of the segment tests (load, update, save each segment's state)\n")
+    emit("| design | segments | labels each | CPU ms per feedback batch (median) | ratio to today |")
+    emit("|---|---|---|---|---|")
+    emit("\n".join(cpu_per_batch()))
+    emit(f"\nRuntime {time.perf_counter() - t0:.0f} s.")
+    text = "\n".join(lines).strip() + "\n"
+    print(text)
+    args.out.write_text(text)
+    from report import assemble
+    assemble()
     if args.json:
         args.json.write_text(json.dumps({"load": load, "scale": args.scale, "results": records}, indent=1))
     return 0
