@@ -162,19 +162,14 @@ class Experts:
         masses: tuple[float, float, float] = (SHIFT_MASS, SLOPE_MASS, PLUGIN_MASS),
     ) -> Experts:
         """Shifts +-(tolerance + shifts) sharing ``masses[0]`` equally, then the slopes and plug-ins."""
-        shift_mass, slope_mass, plugin_mass = masses
         shift = np.concatenate([tolerance + shifts, -(tolerance + shifts)])
         slope_a, slope_b = (g.ravel() for g in np.meshgrid(SLOPES, SLOPE_OFFSETS, indexing="ij"))
         slope = np.concatenate([np.ones_like(shift), slope_a])
         offset = np.concatenate([shift, slope_b])
         half_lives = (math.inf, float(restart_scale))
-        weight = np.concatenate(
-            [
-                np.full(shift.size, shift_mass / shift.size),
-                np.full(slope_a.size, slope_mass / slope_a.size),
-                np.full(len(half_lives), plugin_mass / len(half_lives)),
-            ]
-        )
+        weight = np.concatenate([np.full(shift.size, masses[0] / shift.size),
+                                 np.full(slope_a.size, masses[1] / slope_a.size),
+                                 np.full(len(half_lives), masses[2] / len(half_lives))])
         names = (
             [f"shift{b:+.3g}" for b in shift]
             + [f"slope{a:.3g}{b:+.3g}" for a, b in zip(slope_a, slope_b)]
@@ -308,10 +303,8 @@ def advance(
 ):
     """Fold one batch (arrays (m, n)) into ``state`` in place; returns log M_t (m,).
 
-    The batch's start mass (log, a float or (m,)) is added to every expert's S_k
-    before the batch's bets, and M_t = sum_k v_k S_k(t) + exp(log_survival).
-    ``vector_shifts`` computes the shift experts in one array pass (many
-    experts, small batches) instead of one pass each.
+    The batch's log start mass (a float or (m,)) joins every S_k before its bets; M_t adds
+    exp(log_survival). ``vector_shifts``: all shift experts in one array pass (small batches).
     """
     n = z.shape[1]
     state.sum_p = state.sum_p + p.sum(axis=1)
