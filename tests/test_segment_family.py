@@ -25,7 +25,7 @@ DEVICES = ["ios", "android", "web"]
 @pytest.fixture(scope="module")
 def family_client(database_url):
     with LiveServer(Settings(database_url=database_url, monitor_alpha=ALPHA)) as live:
-        with httpx.Client(base_url=live.url, timeout=60) as http:
+        with httpx.Client(base_url=live.url, timeout=300) as http:  # a first fit starts a worker process
             yield http
 
 
