@@ -28,10 +28,10 @@ in ``--segments`` segments of one dimension, the first carrying
 ``--segment-share`` of the traffic (200 of 2,000 labels) and the others equal
 parts of the rest (95 or 90 labels), a fixed split per batch. From batch
 ``--change`` the first segment drifts by a logit shift of ``--segment-shift``
-(0.6); the others stay calibrated. Every segment has the service's per-segment
-drift test: tolerance ``--tolerance``, alpha split as the service splits it
-(``calibd.monitoring.segments.segment_alpha``: one dimension of max_values =
-``--segments``, so alpha / (segments + 1) per test). Reported: the drifted
+(0.6); the others stay calibrated. Every segment has a drift test with alpha split
+over declared capacity, the earlier design (``segment_alpha``: one dimension
+of max_values = ``--segments``, so alpha / (segments + 1) per test);
+``benchmarks/segment_drift.py`` compares it with the service's shared budget. Reported: the drifted
 segment's power and delay, false alarms of the calibrated segments, and the
 global test (all labels, alpha) on the same streams; under no drift anywhere,
 the share of streams where any segment test alarms (the family-wise rate, at

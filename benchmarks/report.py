@@ -34,6 +34,8 @@ ORDER = [
     "multiclass",
     "auto_fit",
     "monitor_sim",
+    "segment_drift",
+    "label_delay",
     "angular",
     "bernstein",
     "selective",

@@ -74,8 +74,17 @@ def test_each_segment_has_the_windows_of_its_own_rows_and_values_past_the_cap_po
             assert values["log_loss"] == pytest.approx(log_loss(p[rows], y[rows]), rel=1e-9)
         assert found[key]["drift"]["samples"] == rows.sum()
         assert found[key]["drift"]["batches"] == 2
-        # Five segment tests at most (2 dimensions x (2 + 1)): each holds alpha / 6.
-        assert found[key]["drift"]["alpha"] == pytest.approx(0.05 / 6)
+        # Each label's start mass, G(i - 1) - G(i) with G(N) = (1 + N / 20000)^-1/2, half to its
+        # segment in each of the 2 dimensions: the segment's share of alpha is alpha times its labels' mass.
+        def survival(n):
+            return (1.0 + n / 20_000) ** -0.5
+
+        mass = sum(
+            (survival(part.start) - survival(part.stop)) / 2 * rows[part].sum() / (part.stop - part.start)
+            for part in (slice(0, 500), slice(500, 1200))
+        )
+        assert found[key]["drift"]["alpha"] == pytest.approx(0.05 * mass, rel=1e-9)
+        assert found[key]["drift"]["threshold"] == pytest.approx(np.log(1 / 0.05))
     # Worst calibrated first.
     eces = [s["windows"]["last_10000"]["ece"] for s in monitor["segments"]]
     assert eces == sorted(eces, reverse=True)
@@ -161,7 +170,8 @@ def test_drift_in_one_segment_raises_that_segment_alarm_only(client, name):
     assert found[("country", "br")]["drift"]["log_evalue"] >= found[("country", "br")]["drift"]["threshold"]
     for other in ("us", "fr", "de"):
         assert found[("country", other)]["drift"]["alarm"] is False
-    assert found[("country", "br")]["drift"]["threshold"] == pytest.approx(np.log(5 / 0.05))
+    # One threshold for every segment: the family shares alpha through the start mass, not the threshold.
+    assert found[("country", "br")]["drift"]["threshold"] == pytest.approx(np.log(1 / 0.05))
     # The report lists the segments the worst calibrated first, with their alarms.
     report = client.get(f"/calibrators/{name}/report").json()
     assert report["feedback"]["segments"][0]["segment"] == "br"

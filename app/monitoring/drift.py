@@ -139,14 +139,14 @@ PLUGIN_OFFSET_RANGE = (-3.0, 3.0)
 RESTART_POWER = 0.5
 
 
-def _logit(p: np.ndarray) -> np.ndarray:
+def logit(p: np.ndarray) -> np.ndarray:
     # Clipped so that p = 0 or 1 gives a large but finite logit (+-27.6).
     p = np.clip(p, EPS, 1.0 - EPS)
     return np.log(p) - np.log1p(-p)
 
 
 @dataclass(frozen=True)
-class _Experts:
+class Experts:
     """The fixed experts (a, b) and the prior weights of every expert."""
 
     slope: np.ndarray  # (n_fixed,) a
@@ -154,27 +154,28 @@ class _Experts:
     half_lives: tuple[float, ...]  # plug-in experts, in labels
     log_weight: np.ndarray  # (n_fixed + n_plugin,)
     names: tuple[str, ...]
+    n_shifts: int  # the first n_shifts experts are logit shifts (a = 1)
 
     @classmethod
-    def build(cls, tolerance: float, restart_scale: float) -> _Experts:
-        shift = np.concatenate([tolerance + SHIFTS, -(tolerance + SHIFTS)])
+    def build(
+        cls, tolerance: float, restart_scale: float, shifts: np.ndarray = SHIFTS,
+        masses: tuple[float, float, float] = (SHIFT_MASS, SLOPE_MASS, PLUGIN_MASS),
+    ) -> Experts:
+        """Shifts +-(tolerance + shifts) sharing ``masses[0]`` equally, then the slopes and plug-ins."""
+        shift = np.concatenate([tolerance + shifts, -(tolerance + shifts)])
         slope_a, slope_b = (g.ravel() for g in np.meshgrid(SLOPES, SLOPE_OFFSETS, indexing="ij"))
         slope = np.concatenate([np.ones_like(shift), slope_a])
         offset = np.concatenate([shift, slope_b])
         half_lives = (math.inf, float(restart_scale))
-        weight = np.concatenate(
-            [
-                np.full(shift.size, SHIFT_MASS / shift.size),
-                np.full(slope_a.size, SLOPE_MASS / slope_a.size),
-                np.full(len(half_lives), PLUGIN_MASS / len(half_lives)),
-            ]
-        )
+        weight = np.concatenate([np.full(shift.size, masses[0] / shift.size),
+                                 np.full(slope_a.size, masses[1] / slope_a.size),
+                                 np.full(len(half_lives), masses[2] / len(half_lives))])
         names = (
             [f"shift{b:+.3g}" for b in shift]
             + [f"slope{a:.3g}{b:+.3g}" for a, b in zip(slope_a, slope_b)]
             + [f"plugin(half_life={h:g})" for h in half_lives]
         )
-        return cls(slope, offset, half_lives, np.log(weight), tuple(names))
+        return cls(slope, offset, half_lives, np.log(weight), tuple(names), shift.size)
 
     @property
     def size(self) -> int:
@@ -182,7 +183,7 @@ class _Experts:
 
 
 @dataclass
-class _State:
+class DriftState:
     """Everything the test remembers, for m streams side by side."""
 
     n_batches: int
@@ -194,7 +195,7 @@ class _State:
     alarm_batch: np.ndarray  # (m,) int, 0 while no alarm
 
     @classmethod
-    def empty(cls, n_streams: int, experts: _Experts) -> _State:
+    def empty(cls, n_streams: int, experts: Experts) -> DriftState:
         return cls(
             n_batches=0,
             n_samples=0,
@@ -217,7 +218,7 @@ def _log_start_mass(n_before: int, n_batch: int, restart_scale: float) -> float:
     return _log_prior_survival(n_before, restart_scale) + math.log(-math.expm1(-step))
 
 
-class _BatchKernel:
+class BatchKernel:
     """sum_i log LR_i over one batch, for experts eta^A - z = b + (a - 1) x, x = z - c.
 
     log LR_i = Delta_i y_i - log(1 + p0_i (e^Delta_i - 1)), with Delta the part
@@ -246,6 +247,14 @@ class _BatchKernel:
         work = np.multiply(p0, math.expm1(delta), out=self.work)
         np.log1p(work, out=work)
         return delta * self.sum_y - work.sum(axis=1)
+
+    def shifts(self, b: np.ndarray) -> np.ndarray:
+        """``shift`` for many offsets at once: (m, len(b)), one pass over a (m, len(b), n) array."""
+        tol = self.tolerance
+        delta = b - np.clip(b, -tol, tol)
+        p0 = np.where(b[None, :, None] > 0.0, self.p_up[:, None, :], self.p_down[:, None, :])
+        work = np.log1p(p0 * np.expm1(delta)[None, :, None])
+        return delta[None, :] * self.sum_y[:, None] - work.sum(axis=2)
 
     def line(self, a, b):
         """An expert with slope a and offset b, scalars or arrays of shape (m, 1)."""
@@ -288,16 +297,27 @@ def _plugin_estimate(stats: np.ndarray, pivot: np.ndarray) -> tuple[np.ndarray, 
     return np.clip(slope, *PLUGIN_SLOPE_RANGE), np.clip(offset, *PLUGIN_OFFSET_RANGE)
 
 
-def _advance(state: _State, experts: _Experts, z, p, y, tolerance: float, restart_scale: float, log_threshold: float):
-    """Fold one batch (arrays (m, n)) into ``state`` in place; returns log M_t (m,)."""
+def advance(
+    state: DriftState, experts: Experts, z, p, y, tolerance: float, log_start_mass, log_survival: float,
+    log_threshold: float, vector_shifts: bool = False,
+):
+    """Fold one batch (arrays (m, n)) into ``state`` in place; returns log M_t (m,).
+
+    The batch's log start mass (a float or (m,)) joins every S_k before its bets; M_t adds
+    exp(log_survival). ``vector_shifts``: all shift experts in one array pass (small batches).
+    """
     n = z.shape[1]
     state.sum_p = state.sum_p + p.sum(axis=1)
-    pivot = _logit(state.sum_p / (state.n_samples + n))[:, None]
-    kernel = _BatchKernel(z, pivot, p, y, tolerance)
+    pivot = logit(state.sum_p / (state.n_samples + n))[:, None]
+    kernel = BatchKernel(z, pivot, p, y, tolerance)
 
     log_lr = np.empty(state.log_s.shape)
     n_fixed = experts.slope.size
-    for k in range(n_fixed):
+    first = 0
+    if vector_shifts:
+        first = experts.n_shifts
+        log_lr[:, :first] = kernel.shifts(experts.offset[:first])
+    for k in range(first, n_fixed):
         a, b = float(experts.slope[k]), float(experts.offset[k])
         log_lr[:, k] = kernel.shift(b) if a == 1.0 else kernel.line(a, b)
     for h in range(len(experts.half_lives)):
@@ -305,14 +325,12 @@ def _advance(state: _State, experts: _Experts, z, p, y, tolerance: float, restar
         a, b = _plugin_estimate(state.plugin[:, h], pivot[:, 0])
         log_lr[:, n_fixed + h] = kernel.line(a[:, None], b[:, None])
 
-    log_w = _log_start_mass(state.n_samples, n, restart_scale)
+    log_w = np.reshape(log_start_mass, (-1, 1))
     state.log_s = np.logaddexp(state.log_s, log_w) + log_lr
     state.n_samples += n
     state.n_batches += 1
-    log_m = np.logaddexp(
-        logsumexp(state.log_s + experts.log_weight, axis=1),
-        _log_prior_survival(state.n_samples, restart_scale),
-    )
+    with np.errstate(divide="ignore"):
+        log_m = np.logaddexp(logsumexp(state.log_s + experts.log_weight, axis=1), log_survival)
 
     # Sufficient statistics of the plug-in fit, now that the batch has been bet on.
     w = p * (1.0 - p)
@@ -330,7 +348,7 @@ def _advance(state: _State, experts: _Experts, z, p, y, tolerance: float, restar
     return log_m
 
 
-def _check_params(alpha: Any, tolerance: Any, restart_scale: Any) -> None:
+def check_params(alpha: Any, tolerance: Any, restart_scale: Any) -> None:
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 < alpha < 1.0:
         raise CalibrationInputError("options.alpha", "must be a number strictly between 0 and 1")
     if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0.0 <= tolerance < 10.0:
@@ -339,7 +357,7 @@ def _check_params(alpha: Any, tolerance: Any, restart_scale: Any) -> None:
         raise CalibrationInputError("options.restart_scale", "must be a positive number of labels")
 
 
-def _check_batch(probabilities: Any, labels: Any, ndim: int) -> tuple[np.ndarray, np.ndarray]:
+def check_batch(probabilities: Any, labels: Any, ndim: int) -> tuple[np.ndarray, np.ndarray]:
     """Finite probabilities in [0, 1] and 0/1 labels of the same shape, not empty."""
     p = as_float_array(probabilities, "probabilities", ndim=ndim)
     if p.shape[-1] == 0:
@@ -399,12 +417,12 @@ class ParallelDriftResult:
 
 class _DriftBase:
     def __init__(self, alpha: float, tolerance: float, restart_scale: float):
-        _check_params(alpha, tolerance, restart_scale)
+        check_params(alpha, tolerance, restart_scale)
         self.alpha = alpha
         self.tolerance = tolerance
         self.restart_scale = restart_scale
         self.log_threshold = -math.log(alpha)
-        self._experts = _Experts.build(float(tolerance), float(restart_scale))
+        self._experts = Experts.build(float(tolerance), float(restart_scale))
 
     def get_params(self) -> dict[str, Any]:
         return {"alpha": self.alpha, "tolerance": self.tolerance, "restart_scale": self.restart_scale}
@@ -416,9 +434,11 @@ class _DriftBase:
 
     def _step(self, p: np.ndarray, y: np.ndarray) -> np.ndarray:
         p = np.clip(p, EPS, 1.0 - EPS)
-        return _advance(
-            self._state, self._experts, _logit(p), p, y,
-            float(self.tolerance), float(self.restart_scale), self.log_threshold,
+        scale, n_before = float(self.restart_scale), self._state.n_samples
+        return advance(
+            self._state, self._experts, logit(p), p, y, float(self.tolerance),
+            _log_start_mass(n_before, p.shape[1], scale), _log_prior_survival(n_before + p.shape[1], scale),
+            self.log_threshold,
         )
 
     def __repr__(self) -> str:
@@ -459,13 +479,13 @@ class DriftTest(_DriftBase):
 
     def reset(self) -> DriftTest:
         """Forget all feedback and start a fresh test (a new calibrator version)."""
-        self._state = _State.empty(1, self._experts)
+        self._state = DriftState.empty(1, self._experts)
         self._log_evalue = 0.0
         return self
 
     def update(self, probabilities, labels) -> DriftResult:
         """Bet on one batch of feedback: predicted probabilities and their 0/1 labels."""
-        p, y = _check_batch(probabilities, labels, ndim=1)
+        p, y = check_batch(probabilities, labels, ndim=1)
         self._log_evalue = float(self._step(p[None, :], y[None, :])[0])
         return self.result()
 
@@ -516,7 +536,7 @@ class DriftTest(_DriftBase):
         try:
             test = cls(**data["params"])
             saved = data["state"]
-            state = _State.empty(1, test._experts)
+            state = DriftState.empty(1, test._experts)
             state.n_batches = int(saved["n_batches"])
             state.n_samples = int(saved["n_samples"])
             state.sum_p = np.array([float(saved["sum_p"])])
@@ -560,12 +580,12 @@ class ParallelDriftTests(_DriftBase):
         return {"n_streams": self.n_streams, **super().get_params()}
 
     def reset(self) -> ParallelDriftTests:
-        self._state = _State.empty(self.n_streams, self._experts)
+        self._state = DriftState.empty(self.n_streams, self._experts)
         return self
 
     def update(self, probabilities, labels) -> ParallelDriftResult:
         """Bet on one batch per stream; arrays of shape (n_streams, n)."""
-        p, y = _check_batch(probabilities, labels, ndim=2)
+        p, y = check_batch(probabilities, labels, ndim=2)
         if p.shape[0] != self.n_streams:
             raise CalibrationInputError("probabilities", f"must have {self.n_streams} rows, one per stream")
         log_m = self._step(p, y)

@@ -15,39 +15,13 @@ a dimension has at most ``max_values + 1`` segments, and metric label
 cardinality stays bounded whatever the traffic sends. The tracked values are
 stored, so every replica assigns a value to the same segment.
 
-Family-wise false-alarm rate: a split of alpha
-----------------------------------------------
-A version with D declared dimensions of cap M runs at most m = D (M + 1)
-segment tests. Segment test j alarms when its e-process M_j reaches
-1/alpha_j, with
-
-    alpha_j = alpha / (D (M + 1)).                                         (1)
-
-Each M_j is a nonnegative supermartingale with M_j(0) = 1 under the null that
-segment j's feedback is calibrated (``calibd.monitoring.drift``: the bets use
-labels of that segment only, each predictable from the past), so Ville's
-inequality gives P(sup_t M_j(t) >= 1/alpha_j) <= alpha_j however many looks.
-The union bound then gives, for every set of segments where the null holds,
-
-    P(some segment test ever alarms) <= sum_j alpha_j <= alpha,             (2)
-
-whatever the dependence between segments (the dimensions overlap: a row is
-in one segment of each), how many batches are looked at, and how the
-segments' traffic is cut into batches. The price is a threshold log(m/alpha)
-instead of log(1/alpha): with D = 2, M = 50, alpha = 0.05, 7.6 nats instead
-of 3.0, which a drift in a segment of a few hundred labels a batch still
-crosses within a few batches (``benchmarks/monitor_sim.py``).
-
-A declaration changed during a version (PUT /calibrators/{name}/segments)
-cannot move the alphas already given to running tests. So each new test
-takes the split (1) of the declaration then in force, capped by what the
-version's earlier tests have not spent,
-
-    alpha_j = min(alpha / (D (M + 1)), alpha - sum_{i < j} alpha_i),         (3)
-
-and (2) holds for every sequence of declarations. A test whose share is 0
-(the budget is spent) keeps its metrics and never alarms; the next version
-starts a fresh budget.
+Family-wise false-alarm rate
+----------------------------
+The segment tests of a version share alpha as one budget, given out label by
+label to the segments the labels belong to (``calibd.monitoring.segment_drift``):
+the chance that any calibrated segment ever alarms is at most alpha. The
+earlier design, kept for the benchmark's comparison, split alpha over the
+declared capacity, m = D (M + 1) tests of alpha / m each (``segment_alpha``).
 
 References: J. Ville, Etude critique de la notion de collectif (1939);
 V. Vovk, R. Wang, "E-values: calibration, combination and applications",
@@ -65,7 +39,7 @@ from calibd.metrics.multicalibration import COLUMN_NAME, MAX_COLUMNS, OTHER, che
 
 __all__ = [
     "DEFAULT_MAX_VALUES", "MAX_VALUES", "MAX_VALUE_LENGTH", "OTHER", "assign", "check_declaration", "check_rows",
-    "segment_alpha", "next_alpha",
+    "segment_alpha",
 ]
 
 DEFAULT_MAX_VALUES = 50
@@ -97,14 +71,8 @@ def check_declaration(value: Any, field: str = "segments") -> dict[str, Any]:
 
 
 def segment_alpha(alpha: float, n_dimensions: int, max_values: int) -> float:
-    """Equation (1): each segment test's share of alpha, D (M + 1) tests at most."""
+    """The earlier design's share of alpha per segment test: alpha / (D (M + 1)), D (M + 1) tests at most."""
     return alpha / (n_dimensions * (max_values + 1))
-
-
-def next_alpha(alpha: float, declaration: dict[str, Any], spent: float) -> float:
-    """Equation (3): a new test's alpha, given what the version's earlier tests hold (``spent``)."""
-    share = segment_alpha(alpha, len(declaration["dimensions"]), declaration["max_values"])
-    return max(0.0, min(share, alpha - spent))
 
 
 def assign(values: np.ndarray, tracked: list[str], max_values: int) -> tuple[np.ndarray, list[str]]:

@@ -2,10 +2,12 @@
 
 Labelled rows with segment values are added, in the feedback transaction, to
 the monitor sums, the count-window rows and the drift test of their segment in
-every declared dimension (``calibd.monitoring.segments`` says which segment and
-what share of alpha each test gets). The declaration row is locked while a
-batch is assigned, so that two replicas never track more than ``max_values``
-values of a dimension, nor give out more than alpha.
+every declared dimension (``calibd.monitoring.segments`` says which segment;
+``calibd.monitoring.segment_drift`` what start mass each test gets). A segment
+row's ``alpha`` holds the share of alpha its test has received so far, so the
+version's rows sum to what the family has given out. The declaration row is
+locked while a batch is assigned, so that two replicas never track more than
+``max_values`` values of a dimension, nor give out more than alpha.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from ..monitoring import segments as core
 from ..monitoring.drift import DriftTest
+from ..monitoring.segment_drift import SegmentDriftTest, start_mass
 from ..monitoring.windows import COUNT_WINDOWS, SUM_FIELDS, TIME_WINDOWS, WINDOWS, BinSums, FeedbackTerms, window_metrics
 from .monitor_state import sums_of_rows
 from .db import transaction
@@ -115,6 +118,9 @@ def store(
             )
         )
     )
+    # The batch's start mass (a share of the family's budget), 1/D to each dimension, by labels.
+    n = labels.shape[0]
+    batch_mass = start_mass(min(1.0, spent / alpha), n) / len(declared["dimensions"])
     for dimension in declared["dimensions"]:
         if dimension not in segments:
             continue
@@ -147,9 +153,9 @@ def store(
                 ],
             )
             kept = np.ones(rows.shape[0], dtype=bool) if part.accepted is None else part.accepted.astype(bool)
-            spent += _update_drift(
-                session, insert, key, part.probability[kept], part.outcome[kept], now,
-                core.next_alpha(alpha, declared, spent), tolerance,
+            _update_drift(
+                session, key, part.probability[kept], part.outcome[kept], now,
+                batch_mass * rows.shape[0] / n, alpha, tolerance,
             )
 
 
@@ -165,29 +171,32 @@ def _add_to_buckets(session: Session, insert, key: dict, bucket: datetime, sums:
     session.execute(statement, rows)
 
 
-def _update_drift(session: Session, insert, key: dict, p: np.ndarray, y: np.ndarray, now: datetime,
-                  alpha: float, tolerance: float) -> float:
-    """Feed the segment's test; returns the alpha newly given out (when the test is created now)."""
+def _update_drift(session: Session, key: dict, p: np.ndarray, y: np.ndarray, now: datetime,
+                  mass: float, alpha: float, tolerance: float) -> None:
+    """Give the segment's test its start mass and feed it the segment's rows.
+
+    A state of the earlier design (each test its own fixed alpha) keeps the
+    alpha it was given and its alarm, and the segment goes on with a new test
+    funded from what is left of the budget.
+    """
     row = session.get(
         SegmentDriftStateRow, (key["calibrator_id"], key["version"], key["dimension"], key["segment"]),
         with_for_update=True,
     )
-    created = 0.0
     if row is None:
-        row = SegmentDriftStateRow(**key, alpha=alpha, state={}, alarm=False, log_evalue=0.0, updated_at=now)
+        row = SegmentDriftStateRow(**key, alpha=0.0, state={}, alarm=False, log_evalue=0.0, updated_at=now)
         session.add(row)
-        created = alpha
-    if row.alpha <= 0.0 or p.shape[0] == 0:
-        row.updated_at = now
-        return created
-    test = DriftTest.from_dict(row.state) if row.state else DriftTest(alpha=row.alpha, tolerance=tolerance)
-    result = test.update(p, y.astype(np.int8))
-    row.state = test.to_dict()
-    row.alarm = bool(result.alarm)
-    row.log_evalue = float(result.log_evalue)
     row.updated_at = now
+    if mass <= 0.0 or p.shape[0] == 0:
+        return
+    known = SegmentDriftTest.is_state(row.state)
+    test = SegmentDriftTest.from_dict(row.state) if known else SegmentDriftTest(alpha=alpha, tolerance=tolerance)
+    result = test.update(p, y.astype(np.int8), mass)
+    row.state = test.to_dict()
+    row.alarm = bool(row.alarm) or bool(result.alarm)  # latched, across a change of design too
+    row.log_evalue = float(result.log_evalue)
+    row.alpha = float(row.alpha) + alpha * mass
     session.flush()
-    return created
 
 
 # -- reading -----------------------------------------------------------------------
@@ -236,6 +245,13 @@ def window_sums(
     return dict(out)
 
 
+def _drift_result(state: dict[str, Any]):
+    """The result of a stored segment test, of this design or the earlier one (None: no test yet)."""
+    if SegmentDriftTest.is_state(state):
+        return SegmentDriftTest.from_dict(state).result()
+    return DriftTest.from_dict(state).result() if state else None
+
+
 def drift_states(sessions: Sessions, calibrator_id: int, version: int) -> dict[tuple[str, str], dict[str, Any]]:
     """Each segment test of a version: alarm, log e-value, its threshold log(1/alpha_j), what it has seen."""
     with transaction(sessions) as session:
@@ -246,11 +262,11 @@ def drift_states(sessions: Sessions, calibrator_id: int, version: int) -> dict[t
         ).all()
         out = {}
         for row in rows:
-            result = DriftTest.from_dict(row.state).result() if row.state else None
+            result = _drift_result(row.state)
             out[(row.dimension, row.segment)] = {
                 "alarm": bool(row.alarm),
                 "log_evalue": float(row.log_evalue),
-                "threshold": float(-np.log(row.alpha)) if row.alpha > 0 else None,
+                "threshold": None if result is None else result.log_threshold,
                 "alpha": float(row.alpha),
                 "samples": 0 if result is None else result.n_samples,
                 "batches": 0 if result is None else result.n_batches,
