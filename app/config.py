@@ -63,6 +63,16 @@ class Settings(BaseSettings):
     max_batch_scores: int = Field(default=1_000_000, gt=0)
     #: Most rows a holdout may have (methods may allow fewer; the error says which limit applies).
     max_holdout_rows: int = Field(default=5_000_000, gt=0)
+    #: Most rows one /feedback or /evaluate request may carry (JSON arrays, table rows).
+    max_feedback_rows: int = Field(default=1_000_000, gt=0)
+    #: Most bytes the arrays of one uploaded table or archive (Arrow, Parquet, .npz) may take once
+    #: decompressed; checked from the file's metadata before anything is decompressed.
+    max_decoded_bytes: int = Field(default=1024 * 1024 * 1024, gt=0)
+    #: A client has this long to send a request's headers (from its connection, or from the end of the
+    #: previous answer), else the connection gets 408 and is closed (``calibd serve``).
+    header_timeout_seconds: float = Field(default=10, gt=0)
+    #: A request body that stops arriving for this long is abandoned and its connection closed.
+    body_timeout_seconds: float = Field(default=30, gt=0)
     #: How often each process checks the database for promotions made by other processes.
     version_poll_seconds: float = Field(default=0.5, gt=0)
     #: Memory budget of the in-process cache of loaded calibrators, in bytes.

@@ -32,7 +32,9 @@ from typing import Any
 import numpy as np
 
 from ...calibration import CalibrationInputError, fit_calibrator
+from ...config import Settings
 from ..bodies import check_depth, parse_json_object
+from ..limits import RowBudget
 from ..problems import Problem, input_error
 from ..validation import validate
 from ...monitoring.segments import check_declaration
@@ -54,6 +56,8 @@ class FitJob:
     #: "arrow": the body is an Arrow IPC stream, and ``fields`` the fit's query parameters.
     table: str | None = None
     max_samples: int | None = None
+    #: CALIBD_MAX_DECODED_BYTES: the most an uploaded table or archive may take decompressed.
+    max_decoded_bytes: int | None = None
     #: Set for asynchronous fits: the worker reports progress under this id.
     job_id: str | None = None
 
@@ -67,6 +71,12 @@ class FitJob:
         if self.fields and "options" in self.fields:
             check_depth(self.fields["options"].encode(errors="surrogatepass"))
 
+    def budget(self) -> RowBudget | None:
+        """The rows (and decompressed bytes) the body may carry, checked before it is parsed."""
+        if self.max_samples is None:
+            return None
+        return RowBudget(self.max_samples, "CALIBD_MAX_HOLDOUT_ROWS", self.max_decoded_bytes or DEFAULT_DECODED_BYTES)
+
     def discard_spool(self) -> None:
         for path in (self.body_file, self.file if isinstance(self.file, str) else None):
             if path is not None:
@@ -74,6 +84,9 @@ class FitJob:
 
 
 logger = logging.getLogger("calibd")
+
+#: CALIBD_MAX_DECODED_BYTES's default, for jobs made without the setting at hand.
+DEFAULT_DECODED_BYTES = Settings.model_fields["max_decoded_bytes"].default
 
 #: JSON bodies at least this large are spooled to a file as they arrive, not held in memory.
 SPOOL_MIN_BYTES = 1 << 20
@@ -271,14 +284,17 @@ def run_fit(job: FitJob, progress: Callable[[float, str], None] | None = None) -
 
 def _parse(job: FitJob) -> tuple[FitRequest, dict[str, Any], Callable[[CalibrationInputError], Problem]]:
     """The fit request, its holdout arrays, and where a core error points, for each form of body."""
+    budget = job.budget()
     if job.table == "arrow":
-        return parse_arrow_fit(job.fields or {}, job.body_file or job.body or b"")
+        return parse_arrow_fit(job.fields or {}, job.body_file or job.body or b"", budget)
     body = job.body
     if job.body_file is not None:
         with open(job.body_file, "rb") as spooled:
             body = spooled.read()
     if body is None:
-        return parse_upload(job.fields or {}, job.file or b"")
+        return parse_upload(job.fields or {}, job.file or b"", budget)
+    if budget is not None:
+        budget.check_json(body)  # before a Python value is made of it
     fit = validate(FitRequest, parse_json_object(body))
     holdout = {key: getattr(fit.holdout, key) for key in ("scores", "labels", "sample_weight", "classes")}
     holdout |= fit.holdout.model_extra or {}

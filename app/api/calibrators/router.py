@@ -100,6 +100,7 @@ async def create_calibrator(
         job = replace(job, table="arrow", fields={key: value for key, value in fields.items() if value is not None})
     else:
         raise Problem(415, f"send application/json, multipart/form-data or {ARROW_STREAM}, not {kind}")
+    job = replace(job, max_decoded_bytes=app.settings.max_decoded_bytes)
     if run_async:
         try:
             await run_in_threadpool(job.check_depth)

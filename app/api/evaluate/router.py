@@ -17,6 +17,8 @@ from starlette.responses import Response
 from ...calibration import CalibrationInputError
 from ...metrics import evaluate as evaluate_metrics
 from ..bodies import parse_json_object, require_json
+from ..limits import RowBudget
+from ..state import services
 from ..problems import Problem, input_error
 from ..validation import json_response, request_body
 from .schemas import EvaluateRequest, EvaluateResponse
@@ -39,7 +41,11 @@ MAX_BOOTSTRAP_ROWS = 10_000_000
 )
 async def evaluate(request: Request) -> Response:
     require_json(request.headers)
-    data = parse_json_object(await request.body())
+    raw = await request.body()
+    settings = services(request).settings
+    budget = RowBudget(settings.max_holdout_rows, "CALIBD_MAX_HOLDOUT_ROWS", settings.max_decoded_bytes)
+    await budget.check_json_body(raw)  # before a Python value is made of it
+    data = parse_json_object(raw)
     unknown = data.keys() - _FIELDS
     if unknown:
         raise Problem.invalid(f"/{sorted(unknown)[0]}", "unknown field")

@@ -24,6 +24,7 @@ from ...storage import segments as segment_store
 from ...storage.cache import LoadedCalibrator
 from ...storage.feedback import DriftSettings, IdempotencyConflict, JoinCounts, LabelledBatch, StoredRequest, feature_rows
 from ..bodies import parse_json_object, require_json
+from ..limits import RowBudget
 from ..calibrate.router import MAX_ID_LENGTH
 from ..observability import FEEDBACK, FEEDBACK_DUPLICATES, FEEDBACK_UNMATCHED
 from ..problems import Problem, input_error
@@ -128,10 +129,14 @@ async def record_feedback(
     calibrator: Annotated[str | None, Query(description="with an Arrow IPC stream body: the calibrator", max_length=200)] = None,
     version: Annotated[int | None, Query(ge=1, le=MAX_VERSION, description="with an Arrow IPC stream body: the version")] = None,
 ) -> Response:
-    table = await read_table_request(request)
+    settings = services(request).settings
+    budget = RowBudget(settings.max_feedback_rows, "CALIBD_MAX_FEEDBACK_ROWS", settings.max_decoded_bytes)
+    table = await read_table_request(request, budget)
     if table is None:
         require_json(request.headers)
-        body = validate(FeedbackRequest, parse_json_object(await request.body()))
+        raw = await request.body()
+        await budget.check_json_body(raw)  # before a Python value is made of it
+        body = validate(FeedbackRequest, parse_json_object(raw))
         locate = lambda error: input_error(error, ())  # noqa: E731
     else:
         body, locate = feedback_request(*table)
