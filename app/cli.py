@@ -66,11 +66,14 @@ def _serve(args: argparse.Namespace) -> int:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="calibd-metrics-")
     print(f"calibd {__version__} on http://{host}:{args.port} (database: {engine.url.render_as_string()})", file=sys.stderr)
     _flush_logs_on_sigterm()
+    from .serving import TimedHTTPProtocol
+
     uvicorn.run(
         "calibd.main:create_app",
         factory=True,
         host=host,
         port=args.port,
+        http=TimedHTTPProtocol,  # uvicorn's, with header and body read timeouts
         workers=args.workers,
         log_config=None,  # calibd.main configures JSON logs in every worker
         access_log=False,

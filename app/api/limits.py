@@ -17,6 +17,8 @@ Too many rows is a 422, too many bytes a 413, each naming the field, the limit a
 
 from __future__ import annotations
 
+import mmap
+import os
 import re
 import struct
 from dataclasses import dataclass
@@ -62,8 +64,22 @@ class RowBudget:
     async def check_json_body(self, body: bytes) -> None:
         """``check_json`` in a worker thread when there is counting to do (never for a body with
         fewer commas than the budget's rows)."""
-        if body.count(b",") >= self.rows:
+        if len(body) >= 2 * self.rows and body.count(b",") >= self.rows:
             await run_in_threadpool(check_json_rows, body, self.rows, self.setting)
+
+    def check_json_file(self, path: str) -> None:
+        """``check_json`` of a spooled body, memory-mapped."""
+        with open(path, "rb") as file:
+            if os.fstat(file.fileno()).st_size < 2 * self.rows:  # fewer than ``rows`` commas
+                return
+            problem = None
+            with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                try:
+                    check_json_rows(mapped, self.rows, self.setting)
+                except TooManyRows as error:  # raised again once the map is closed: its traceback holds views of it
+                    problem = TooManyRows(error.errors[0]["pointer"], error.detail)
+        if problem is not None:
+            raise problem
 
 
 # -- JSON -------------------------------------------------------------------------------------
@@ -71,25 +87,30 @@ _SLICE = 1 << 20
 _KEY_BEFORE = re.compile(rb'"((?:[^"\\]|\\.)*)"\s*:\s*$')
 
 
-def check_json_rows(body: bytes, limit: int, setting: str) -> None:
-    """Raise TooManyRows if an array (or object) of the JSON text ``body`` has more than ``limit`` items.
+def check_json_rows(body: bytes | mmap.mmap, limit: int, setting: str) -> None:
+    """Raise TooManyRows if an array (or object) of the JSON text ``body`` (any buffer: bytes, a
+    memory-mapped file) has more than ``limit`` items.
 
-    A body with fewer commas than ``limit`` passes at once. Otherwise the items of every
-    container are counted on the text, a megabyte at a time (a few megabytes of memory
-    whatever the body): commas outside strings, each credited to the innermost open
-    bracket before it. Invalid JSON is left for the parser to refuse.
+    A body with fewer commas than ``limit`` passes after one count. Otherwise the items of
+    every container are counted on the text, a megabyte at a time (a few megabytes of memory
+    whatever the body): commas outside strings, each credited to the innermost open bracket
+    before it. Invalid JSON is left for the parser to refuse.
     """
-    if body.count(b",") < limit:
+    text = np.frombuffer(body, dtype=np.uint8)
+    commas = 0
+    for start in range(0, text.size, _SLICE):
+        commas += int(np.count_nonzero(text[start:start + _SLICE] == 0x2C))
+    if commas < limit:
         return
     scan = _ItemCounter(limit)
     start = 0
-    while start < len(body):
-        end = min(start + _SLICE, len(body))
-        while end < len(body) and body[end - 1] == 0x5C:  # never split a run of backslashes
+    while start < text.size:
+        end = min(start + _SLICE, text.size)
+        while end < text.size and text[end - 1] == 0x5C:  # never split a run of backslashes
             end += 1
-        found = scan.feed(np.frombuffer(body, dtype=np.uint8, count=end - start, offset=start), start)
+        found = scan.feed(text[start:end], start)
         if found is not None:
-            raise TooManyRows.rows(_json_pointer(body, found), f"more than {limit:,}", limit, setting)
+            raise TooManyRows.rows(_json_pointer(text, found), f"more than {limit:,}", limit, setting)
         start = end
 
 
@@ -114,13 +135,12 @@ class _ItemCounter:
             starts, ends = slashes[np.r_[0, breaks + 1]], slashes[np.r_[breaks, slashes.size - 1]]
             after = ends[((ends - starts) % 2 == 0) & (ends + 1 < text.size)] + 1
             quote[after[text[after] == 0x22]] = False
-        # a byte is outside strings when an even number of quotes (and a string left open before) precede it;
-        # uint8 sums wrap at 256, which keeps their parity
-        parity = np.cumsum(quote, dtype=np.uint8) & 1
         folded = text & 0xDF  # braces as brackets
-        structure = np.flatnonzero(((folded == 0x5B) | (folded == 0x5D) | (text == 0x2C)) & (parity == self.in_string))
-        if parity.size:
-            self.in_string ^= int(parity[-1])
+        structure = np.flatnonzero((folded == 0x5B) | (folded == 0x5D) | (text == 0x2C))
+        if quote.any():  # outside strings: after an even number of quotes (and of strings left open before)
+            quotes = np.flatnonzero(quote)
+            structure = structure[(np.searchsorted(quotes, structure) & 1) == self.in_string]
+            self.in_string ^= quotes.size & 1
         kind = folded[structure]
         opens, closes = kind == 0x5B, kind == 0x5D
         steps = opens.astype(np.int32) - closes
@@ -156,12 +176,12 @@ class _ItemCounter:
         return chain
 
 
-def _json_pointer(body: bytes, chain: list[int]) -> str:
+def _json_pointer(text: np.ndarray, chain: list[int]) -> str:
     """The pointer of the container opened at ``chain[-1]``: the keys before each open bracket, as
     far as the containers are objects (an array inside an array is named by the outer one)."""
     keys: list[str] = []
     for at in chain[1:]:
-        match = _KEY_BEFORE.search(body, max(0, at - 300), at) if at > 0 else None
+        match = _KEY_BEFORE.search(text[max(0, at - 300):at].tobytes()) if at > 0 else None
         if match is None:
             break
         try:

@@ -77,6 +77,17 @@ class FitJob:
             return None
         return RowBudget(self.max_samples, "CALIBD_MAX_HOLDOUT_ROWS", self.max_decoded_bytes or DEFAULT_DECODED_BYTES)
 
+    def check_rows(self) -> None:
+        """Refuse a JSON body with more rows than the budget now, in the serving process (a scan
+        of the raw text, in a thread), rather than in a worker that runs at the lowest priority."""
+        budget = self.budget()
+        if budget is None or self.table is not None:
+            return
+        if self.body_file is not None:
+            budget.check_json_file(self.body_file)
+        elif self.body is not None and len(self.body) >= 2 * budget.rows:
+            budget.check_json(self.body)
+
     def discard_spool(self) -> None:
         for path in (self.body_file, self.file if isinstance(self.file, str) else None):
             if path is not None:
@@ -293,8 +304,6 @@ def _parse(job: FitJob) -> tuple[FitRequest, dict[str, Any], Callable[[Calibrati
             body = spooled.read()
     if body is None:
         return parse_upload(job.fields or {}, job.file or b"", budget)
-    if budget is not None:
-        budget.check_json(body)  # before a Python value is made of it
     fit = validate(FitRequest, parse_json_object(body))
     holdout = {key: getattr(fit.holdout, key) for key in ("scores", "labels", "sample_weight", "classes")}
     holdout |= fit.holdout.model_extra or {}

@@ -101,6 +101,11 @@ async def create_calibrator(
     else:
         raise Problem(415, f"send application/json, multipart/form-data or {ARROW_STREAM}, not {kind}")
     job = replace(job, max_decoded_bytes=app.settings.max_decoded_bytes)
+    try:
+        await run_in_threadpool(job.check_rows)
+    except BaseException:
+        job.discard_spool()
+        raise
     if run_async:
         try:
             await run_in_threadpool(job.check_depth)
