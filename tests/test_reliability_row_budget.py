@@ -200,3 +200,50 @@ def test_a_row_bomb_is_refused_from_its_metadata(warm, database_url, case):
     size = len(request.get("content") or next(iter(request.get("files", {}).values()))[1])
     print(f"{case[0]}: {size:,} bytes, {response.status_code} in {elapsed * 1000:.0f} ms, "
           f"peak RSS +{growth(before, after) / 2**20:.1f} MB")
+
+
+# -- the counting itself, without a server ------------------------------------------------------
+def _refusal(check) -> tuple[int, str] | None:
+    from calibd.api.problems import Problem
+
+    try:
+        check()
+    except Problem as problem:
+        return problem.status, problem.errors[0]["pointer"]
+    return None
+
+
+def test_json_items_are_counted_per_array_outside_strings():
+    import orjson
+
+    from calibd.api.limits import check_json_rows
+
+    # commas and brackets inside strings (escaped quotes too) are no items
+    tricky = ["a,b", "[,,]", 'q"u,o"te', "\\", "\\\",,"]
+    body = orjson.dumps({"calibrator": "x", "ids": tricky * 2, "labels": [0] * 10, "segments": {"c/o": ["x"] * 11}})
+    assert _refusal(lambda: check_json_rows(body, 10, "S")) == (422, "/segments/c~1o")
+    assert _refusal(lambda: check_json_rows(body, 11, "S")) is None
+    rows = orjson.dumps({"holdout": {"scores": [[0.5, 0.5]] * 7, "labels": [0] * 7}})
+    assert _refusal(lambda: check_json_rows(rows, 6, "S")) == (422, "/holdout/scores")
+    assert _refusal(lambda: check_json_rows(rows, 7, "S")) is None
+    # across the scanner's one-megabyte slices: a string spanning a boundary, an array counted across many
+    long = orjson.dumps({"ids": ["x" * 1_500_000, "a,b,c"], "labels": [1] * 600_000})
+    assert _refusal(lambda: check_json_rows(long, 599_999, "S")) == (422, "/labels")
+    assert _refusal(lambda: check_json_rows(long, 600_000, "S")) is None
+
+
+def test_decompressed_sizes_past_the_limit_get_413():
+    from calibd.api.calibrators.upload import parse_npz
+    from calibd.api.limits import RowBudget, check_ipc_stream
+
+    table = pa.table({"label": pa.array(np.zeros(100_000, dtype=np.int8)), "score": pa.array(np.full(100_000, 0.5))})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as writer:
+        writer.write_table(table)
+    stream = sink.getvalue().to_pybytes()
+    assert _refusal(lambda: check_ipc_stream(stream, 10**6, 800_000, "S", ())) == (413, "/")
+    assert _refusal(lambda: check_ipc_stream(stream, 10**6, 900_000, "S", ())) is None  # 900,000 bytes decoded
+    npz = io.BytesIO()
+    np.savez_compressed(npz, scores=np.full(100_000, 0.5), labels=np.zeros(100_000, dtype=np.int8))
+    assert _refusal(lambda: parse_npz(npz.getvalue(), RowBudget(10**6, "S", 700_000))) == (413, "/file/scores")
+    assert _refusal(lambda: parse_npz(npz.getvalue(), RowBudget(10**6, "S", 900_000))) is None
