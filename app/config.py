@@ -96,6 +96,11 @@ class Settings(BaseSettings):
     bootstrap_admin_key: str | None = None
     #: Require a key with the read scope for /metrics (open by default, as Prometheus expects).
     metrics_require_key: bool = False
+    #: How long a /metrics scrape waits for the monitors' database read (shared by all scrapers,
+    #: at most one every 2 s); past it, the last values read are served. Also each statement's limit.
+    metrics_timeout_seconds: float = Field(default=5, gt=0)
+    #: How long /readyz waits for the database before it answers "not ready".
+    readiness_timeout_seconds: float = Field(default=2, gt=0)
 
     #: Serve the inference protocol over gRPC on this port too (``calibd serve --grpc-port``); None: no gRPC.
     grpc_port: int | None = Field(default=None, ge=0, le=65535)

@@ -27,7 +27,7 @@ from .config import Settings, get_settings
 from .storage import feedback as feedback_store
 from .storage.cache import CalibratorStore
 from .storage.feedback import DriftSettings, PendingJoin
-from .storage.db import make_engine, make_sessionmaker
+from .storage.db import make_engine, make_sessionmaker, make_side_engine
 from .storage.jobs import sweep_interrupted
 from .storage.keys import KeyRing
 from .storage.models import utcnow
@@ -59,6 +59,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI):
         engine = make_engine(settings.database_url)
         sessions = make_sessionmaker(engine)
+        # Engines of their own, with short timeouts: neither /metrics nor /readyz waits for, or
+        # takes, a connection of the routes that write.
+        monitor_engine = make_side_engine(settings.database_url, settings.metrics_timeout_seconds)
+        probe_engine = make_side_engine(settings.database_url, settings.readiness_timeout_seconds)
+        metrics_registry, monitor_collector = make_registry(
+            make_sessionmaker(monitor_engine), settings.metrics_timeout_seconds
+        )
         store = CalibratorStore(sessions, settings.calibrator_cache_bytes)
         pending_join = PendingJoin(
             DriftSettings(settings.monitor_alpha, settings.monitor_tolerance),
@@ -80,7 +87,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             sessions=sessions,
             store=store,
             prediction_log=prediction_log,
-            metrics_registry=make_registry(sessions),
+            metrics_registry=metrics_registry,
+            monitor_collector=monitor_collector,
+            probe_engine=probe_engine,
             keyring=keyring,
             fit_pool=FitPool(settings.fit_workers, settings.fit_timeout_seconds, settings.spool_dir),
         )
@@ -140,7 +149,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await calibrators.jobs.interrupt_all(app.state.services)
             await run_in_threadpool(prediction_log.write, prediction_log.take())
             app.state.services.fit_pool.close()
-            engine.dispose()
+            for each in (engine, monitor_engine, probe_engine):
+                each.dispose()
             flush_logs()
 
     app = FastAPI(

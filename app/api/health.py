@@ -30,7 +30,7 @@ async def readyz(request: Request) -> Response:
 
 async def readiness_problem(app: Services) -> Problem | None:
     """Why this process cannot serve (a 503 problem), or None when it can."""
-    engine = app.engine
+    engine = app.probe_engine
 
     def check() -> str | None:
         with engine.connect() as connection:

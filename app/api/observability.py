@@ -8,10 +8,14 @@ time, so every replica and every worker reports the same values.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
+import threading
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 
 from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
@@ -20,10 +24,7 @@ from prometheus_client.core import REGISTRY, GaugeMetricFamily
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from ..monitoring.windows import WINDOWS, window_metrics
-from ..storage import feedback as feedback_store
-from ..storage import segments as segment_store
-from ..storage import repository
+from ..services import monitors
 from ..storage.repository import Sessions
 from .auth import REQUIRE_READ, bearer
 from .state import services
@@ -48,6 +49,8 @@ REQUEST_DURATION = Histogram(
 PREDICTION_LOG_DROPPED = Counter(
     "calibd_prediction_log_dropped_total", "Logged predictions dropped (database away or queue full)", ["calibrator"]
 )
+logger = logging.getLogger("calibd")
+
 RECALIBRATION = Counter("calibd_recalibration_total", "Closed-loop recalibration steps", ["calibrator", "outcome"])
 
 #: Monitor gauges: name -> (the window metric it reports, help text).
@@ -62,43 +65,73 @@ MONITOR_GAUGES = {
 }
 
 
-def monitor_snapshot(sessions: Sessions) -> list[dict]:
-    """Window metrics and drift state of every calibrator's current version."""
-    snapshot = []
-    for name, (uid, version) in sorted(repository.current_versions(sessions).items()):
-        if version is None:
-            continue
-        info = repository.get_version(sessions, name, version)
-        sums = feedback_store.window_sums(sessions, info.calibrator_id, version)
-        snapshot.append(
-            {
-                "name": name,
-                "version": version,
-                "windows": {w: window_metrics(sums[w], binary=info.n_classes == 2) for w in WINDOWS},
-                "drift": feedback_store.drift_state(sessions, info.calibrator_id, version),
-                "segments": segment_store.monitors(sessions, info.calibrator_id, version, info.n_classes == 2),
-            }
-        )
-    return snapshot
-
-
 class MonitorCollector:
-    """Yields the monitor gauges from the database, rereading it at most every ``max_age`` seconds
-    (several Prometheus servers, or a fast scrape interval, share one read)."""
+    """Yields the monitor gauges, read from the database at most once per ``max_age`` seconds for
+    all scrapers together.
 
-    def __init__(self, sessions: Sessions, max_age: float = 2.0):
-        self.sessions = sessions
+    A scrape that finds the values older than that starts one read (or joins the read in flight)
+    and waits for it at most ``budget`` seconds; past that, or while the database is away, it gets
+    the last values read, and ``calibd_monitor_values_age_seconds`` says how old they are. The
+    read runs in a thread of its own, on an engine of its own (``read``), so scrapes neither hold
+    request threads nor take connections from the routes that write.
+    """
+
+    def __init__(self, read: Callable[[], list[dict]], max_age: float = 2.0, budget: float = 5.0):
+        self.read = read
         self.max_age = max_age
-        self._snapshot: tuple[float, list[dict]] | None = None
+        self.budget = budget
+        self._lock = threading.Lock()
+        self._values: list[dict] = []
+        self._read_at: float | None = None  # the last read that succeeded
+        self._tried_at: float | None = None  # the last read that ended, failed or not
+        self._in_flight: Future | None = None
 
-    def _read(self) -> list[dict]:
-        now = time.monotonic()
-        if self._snapshot is None or now - self._snapshot[0] > self.max_age:
-            self._snapshot = (now, monitor_snapshot(self.sessions))
-        return self._snapshot[1]
+    def refresh(self) -> Future | None:
+        """The read that brings fresh values (started here unless one is in flight), or None when
+        the values are fresh, or the last read failed within ``max_age`` (the database away: no
+        scrape waits for it)."""
+        with self._lock:
+            if self._tried_at is not None and time.monotonic() - self._tried_at <= self.max_age:
+                return None
+            if self._in_flight is None:
+                self._in_flight = Future()
+                threading.Thread(target=self._run, args=(self._in_flight,), name="calibd-monitor-read", daemon=True).start()
+            return self._in_flight
+
+    async def wait_fresh(self) -> None:
+        """Wait, at most ``budget`` seconds, for values no older than ``max_age``."""
+        pending = self.refresh()
+        if pending is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(pending)), self.budget)
+            except TimeoutError:
+                logger.warning("monitor read still running after %.1f s; /metrics serves the last values", self.budget)
+
+    def _run(self, done: Future) -> None:
+        try:
+            values = self.read()
+        except Exception as error:  # the database away: keep the last values
+            logger.warning("monitor read failed; /metrics serves the last values: %s", error)
+            with self._lock:
+                self._tried_at, self._in_flight = time.monotonic(), None
+            done.set_result(False)
+            return
+        with self._lock:
+            self._values, self._in_flight = values, None
+            self._read_at = self._tried_at = time.monotonic()
+        done.set_result(True)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        snapshot = self._read()
+        self.refresh()  # never waits here: the route waited already
+        with self._lock:
+            snapshot, read_at = self._values, self._read_at
+        age = GaugeMetricFamily(
+            "calibd_monitor_values_age_seconds",
+            "Seconds since the monitor gauges were read from the database (grows while it is away)",
+        )
+        if read_at is not None:
+            age.add_metric([], time.monotonic() - read_at)
+        yield age
         for metric, (key, help_text) in MONITOR_GAUGES.items():
             family = GaugeMetricFamily(metric, help_text, labels=["calibrator", "version", "window"])
             for entry in snapshot:
@@ -148,14 +181,17 @@ def _segment_gauges(snapshot: list[dict]) -> Iterator[GaugeMetricFamily]:
     yield alarm
 
 
-def make_registry(sessions: Sessions) -> CollectorRegistry:
+def make_registry(monitor_sessions: Sessions, budget: float) -> tuple[CollectorRegistry, MonitorCollector]:
+    """This process's /metrics registry, and its monitor collector, which reads through
+    ``monitor_sessions`` (an engine of its own, see ``db.make_side_engine``)."""
     registry = CollectorRegistry(auto_describe=False)
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         multiprocess.MultiProcessCollector(registry)
     else:
         registry.register(_DefaultCollectors())
-    registry.register(MonitorCollector(sessions))
-    return registry
+    collector = MonitorCollector(lambda: monitors.current_monitors(monitor_sessions), budget=budget)
+    registry.register(collector)
+    return registry, collector
 
 
 class _DefaultCollectors:
@@ -172,14 +208,14 @@ router = APIRouter(tags=["observability"])
     "/metrics",
     summary="Prometheus exposition (open unless CALIBD_METRICS_REQUIRE_KEY)",
     response_class=Response,
-    responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}}}}, 401: {}, 403: {}, 503: {}},
+    responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}}}}, 401: {}, 403: {}},
 )
 async def metrics(request: Request) -> Response:
     app = services(request)
     if app.settings.metrics_require_key:
         await REQUIRE_READ.dependency(request, await bearer(request))
-    registry = app.metrics_registry
-    return Response(await run_in_threadpool(generate_latest, registry), media_type=CONTENT_TYPE_LATEST)
+    await app.monitor_collector.wait_fresh()
+    return Response(await run_in_threadpool(generate_latest, app.metrics_registry), media_type=CONTENT_TYPE_LATEST)
 
 
 def observe_duration(route: str, method: str, status: int, seconds: float) -> None:

@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # annotations only: importing these here would be circular
     from ..storage.prediction_log import PredictionLog
     from ..storage.repository import Sessions
     from .calibrators.fit_pool import FitPool
+    from .observability import MonitorCollector
 
 
 @dataclass
@@ -31,6 +32,9 @@ class Services:
     metrics_registry: CollectorRegistry
     keyring: KeyRing
     fit_pool: FitPool
+    monitor_collector: MonitorCollector
+    #: A one-connection engine with short timeouts for readiness checks.
+    probe_engine: Engine
     #: Asynchronous fits this process is running, by job id.
     running_jobs: dict[str, asyncio.Task] = field(default_factory=dict)
     #: This app's identity as the owner of its fit jobs and recalibration leases: one per app,

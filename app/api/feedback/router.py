@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from typing import Annotated, Any
 
 import numpy as np
@@ -17,8 +16,8 @@ from ...calibration import CalibrationInputError
 from ...calibration.base import as_float_array, check_scores, encode_labels
 from ...calibration.columns import check_columns
 from ...calibration.multicalibration import MulticalibrationCalibrator
-from ...monitoring.windows import WINDOWS, window_metrics
 from ...monitoring.segments import check_rows
+from ...services import monitors
 from ...storage import feedback as feedback_store
 from ...storage import segments as segment_store
 from ...storage.cache import LoadedCalibrator
@@ -245,14 +244,7 @@ async def monitor(
     loaded = await resolve(app, name, version)
 
     def read() -> dict:
-        sums = feedback_store.window_sums(app.sessions, loaded.calibrator_id, loaded.version)
-        drift = feedback_store.drift_state(app.sessions, loaded.calibrator_id, loaded.version)
-        return {
-            "calibrator": name,
-            "version": loaded.version,
-            "windows": {w: window_metrics(sums[w], binary=loaded.n_classes == 2) for w in WINDOWS},
-            "drift": drift | {"threshold": math.log(1.0 / app.settings.monitor_alpha)},
-            "segments": segment_store.monitors(app.sessions, loaded.calibrator_id, loaded.version, loaded.n_classes == 2),
-        }
+        found = monitors.version_monitors(app.sessions, name, loaded.calibrator_id, loaded.version, app.settings.monitor_alpha)
+        return {"calibrator": name, "version": loaded.version} | {k: found[k] for k in ("windows", "drift", "segments")}
 
     return json_response(await run_in_threadpool(read))

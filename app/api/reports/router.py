@@ -6,17 +6,14 @@
 
 from __future__ import annotations
 
-import math
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from ...monitoring.windows import WINDOWS, window_metrics
 from ...reporting import render_diagram, render_page
-from ...storage import feedback as feedback_store
-from ...storage import segments as segment_store
+from ...services import monitors
 from ...storage import recalibration as recalibration_store
 from ...storage import repository
 from ..auth import REQUIRE_READ
@@ -35,13 +32,9 @@ def build_report(app: Services, name: str, version: int | None, hours: int) -> d
     if "holdout" not in info.summary:
         raise Problem(409, f"version {info.version} has no holdout diagram (fitted by an older calibd); refit to report on it")
     calibrator = repository.get_calibrator(app.sessions, name)
-    binary = info.n_classes == 2
-    sums = feedback_store.window_sums(app.sessions, info.calibrator_id, info.version)
-    history = [
-        {"hour": hour, **window_metrics(hour_sums, binary)}
-        for hour, hour_sums in feedback_store.hourly_history(app.sessions, info.calibrator_id, info.version, hours)
-    ]
-    drift = feedback_store.drift_state(app.sessions, info.calibrator_id, info.version)
+    found = monitors.version_monitors(
+        app.sessions, name, info.calibrator_id, info.version, app.settings.monitor_alpha, history_hours=hours
+    )
     loop = recalibration_store.get_state(app.sessions, name)
     return {
         "calibrator": name,
@@ -55,12 +48,7 @@ def build_report(app: Services, name: str, version: int | None, hours: int) -> d
         "created_at": info.created_at,
         "fit": info.summary.get("fit", {}),
         "holdout": info.summary["holdout"],
-        "feedback": {
-            "windows": {w: window_metrics(sums[w], binary) for w in WINDOWS},
-            "history": history,
-            "drift": drift | {"threshold": math.log(1.0 / app.settings.monitor_alpha)},
-            "segments": segment_store.monitors(app.sessions, info.calibrator_id, info.version, binary),
-        },
+        "feedback": {k: found[k] for k in ("windows", "history", "drift", "segments")},
         "versions": [
             {
                 "version": v.version,
