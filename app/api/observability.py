@@ -81,7 +81,7 @@ class MonitorCollector:
         self.max_age = max_age
         self.budget = budget
         self._lock = threading.Lock()
-        self._values: list[dict] = []
+        self._exposition = b""  # the monitor gauges of the last read, rendered once for every scrape
         self._read_at: float | None = None  # the last read that succeeded
         self._tried_at: float | None = None  # the last read that ended, failed or not
         self._in_flight: Future | None = None
@@ -109,7 +109,7 @@ class MonitorCollector:
 
     def _run(self, done: Future) -> None:
         try:
-            values = self.read()
+            exposition = _render(list(monitor_families(self.read())))
         except Exception as error:  # the database away: keep the last values
             logger.warning("monitor read failed; /metrics serves the last values: %s", error)
             with self._lock:
@@ -117,14 +117,20 @@ class MonitorCollector:
             done.set_result(False)
             return
         with self._lock:
-            self._values, self._in_flight = values, None
+            self._exposition, self._in_flight = exposition, None
             self._read_at = self._tried_at = time.monotonic()
         done.set_result(True)
 
+    def exposition(self) -> bytes:
+        """The monitor gauges of the last read, in the text format."""
+        with self._lock:
+            return self._exposition
+
     def collect(self) -> Iterator[GaugeMetricFamily]:
+        """How old the monitor values are (the gauges themselves come from ``exposition``)."""
         self.refresh()  # never waits here: the route waited already
         with self._lock:
-            snapshot, read_at = self._values, self._read_at
+            read_at = self._read_at
         age = GaugeMetricFamily(
             "calibd_monitor_values_age_seconds",
             "Seconds since the monitor gauges were read from the database (grows while it is away)",
@@ -132,22 +138,42 @@ class MonitorCollector:
         if read_at is not None:
             age.add_metric([], time.monotonic() - read_at)
         yield age
-        for metric, (key, help_text) in MONITOR_GAUGES.items():
-            family = GaugeMetricFamily(metric, help_text, labels=["calibrator", "version", "window"])
-            for entry in snapshot:
-                for window, values in entry["windows"].items():
-                    if values.get(key) is not None:
-                        family.add_metric([entry["name"], str(entry["version"]), window], values[key])
-            yield family
-        evalue = GaugeMetricFamily("calibd_monitor_drift_log_evalue", "Log e-value of the drift test", labels=["calibrator", "version"])
-        alarm = GaugeMetricFamily("calibd_monitor_drift_alarm", "1 once the drift test has alarmed (latched)", labels=["calibrator", "version"])
+
+
+class _Families:
+    """Metric families read once, as a collector."""
+
+    def __init__(self, families: list[GaugeMetricFamily]):
+        self.families = families
+
+    def collect(self) -> list[GaugeMetricFamily]:
+        return self.families
+
+
+def _render(families: list[GaugeMetricFamily]) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(families))
+    return generate_latest(registry)
+
+
+def monitor_families(snapshot: list[dict]) -> Iterator[GaugeMetricFamily]:
+    """The calibd_monitor_* and calibd_segment_* gauges of every current version."""
+    for metric, (key, help_text) in MONITOR_GAUGES.items():
+        family = GaugeMetricFamily(metric, help_text, labels=["calibrator", "version", "window"])
         for entry in snapshot:
-            labels = [entry["name"], str(entry["version"])]
-            evalue.add_metric(labels, entry["drift"]["log_evalue"])
-            alarm.add_metric(labels, 1.0 if entry["drift"]["alarm"] else 0.0)
-        yield evalue
-        yield alarm
-        yield from _segment_gauges(snapshot)
+            for window, values in entry["windows"].items():
+                if values.get(key) is not None:
+                    family.add_metric([entry["name"], str(entry["version"]), window], values[key])
+        yield family
+    evalue = GaugeMetricFamily("calibd_monitor_drift_log_evalue", "Log e-value of the drift test", labels=["calibrator", "version"])
+    alarm = GaugeMetricFamily("calibd_monitor_drift_alarm", "1 once the drift test has alarmed (latched)", labels=["calibrator", "version"])
+    for entry in snapshot:
+        labels = [entry["name"], str(entry["version"])]
+        evalue.add_metric(labels, entry["drift"]["log_evalue"])
+        alarm.add_metric(labels, 1.0 if entry["drift"]["alarm"] else 0.0)
+    yield evalue
+    yield alarm
+    yield from _segment_gauges(snapshot)
 
 
 def _segment_gauges(snapshot: list[dict]) -> Iterator[GaugeMetricFamily]:
@@ -214,8 +240,10 @@ async def metrics(request: Request) -> Response:
     app = services(request)
     if app.settings.metrics_require_key:
         await REQUIRE_READ.dependency(request, await bearer(request))
-    await app.monitor_collector.wait_fresh()
-    return Response(await run_in_threadpool(generate_latest, app.metrics_registry), media_type=CONTENT_TYPE_LATEST)
+    collector = app.monitor_collector
+    await collector.wait_fresh()
+    text = await run_in_threadpool(generate_latest, app.metrics_registry)
+    return Response(text + collector.exposition(), media_type=CONTENT_TYPE_LATEST)
 
 
 def observe_duration(route: str, method: str, status: int, seconds: float) -> None:
