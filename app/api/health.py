@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import time
+
 from fastapi import APIRouter, Request
 from sqlalchemy import text
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from ..storage import migrate
-from .problems import Problem
+from .problems import STORAGE_FAULTS, Problem
 from .state import Services, services
 from .validation import json_response
 
 router = APIRouter(tags=["health"])
+
+#: How long /readyz answers "not ready" after the database refused a write as full or read-only.
+STORAGE_FAULT_MEMORY_SECONDS = 30
 
 
 @router.get("/healthz", summary="Liveness")
@@ -35,6 +40,8 @@ async def readiness_problem(app: Services) -> Problem | None:
     def check() -> str | None:
         with engine.connect() as connection:
             connection.execute(text("SELECT 1"))
+            if connection.dialect.name == "postgresql" and connection.execute(text("SHOW transaction_read_only")).scalar() == "on":
+                return STORAGE_FAULTS["read-only"][1]
         if not migrate.is_at_head(engine):
             return "the database schema is behind; run `calibd migrate`"
         return None
@@ -45,4 +52,7 @@ async def readiness_problem(app: Services) -> Problem | None:
         return Problem(503, f"database unreachable: {type(error).__name__}", headers={"Retry-After": "5"})
     if problem:
         return Problem(503, problem)
+    fault = app.storage_fault
+    if fault is not None and time.monotonic() - fault[1] < STORAGE_FAULT_MEMORY_SECONDS:
+        return Problem(503, STORAGE_FAULTS[fault[0]][1])
     return None

@@ -41,6 +41,9 @@ class Services:
     #: not per process, so that two apps served from one process (as tests and embedders do)
     #: exclude each other too.
     owner: str = field(default_factory=lambda: uuid.uuid4().hex)
+    #: The last write the database refused for want of space or because it is read-only:
+    #: (``"full"`` or ``"read-only"``, time.monotonic()); /readyz reports it for a while.
+    storage_fault: tuple[str, float] | None = None
 
 
 def services(request: Request) -> Services:

@@ -119,3 +119,16 @@ def transaction(sessions: sessionmaker[Session]) -> Iterator[Session]:
     """A session whose work commits together at the end, or not at all."""
     with sessions() as session, session.begin():
         yield session
+
+
+def storage_fault(error: BaseException) -> str | None:
+    """``"full"`` or ``"read-only"`` when a database error says the database cannot take writes
+    (a retry will not help until an operator acts), else None."""
+    original = getattr(error, "orig", None) or error
+    code = getattr(original, "sqlstate", None)
+    message = str(original).lower()
+    if code == "53100" or "database or disk is full" in message or "no space left" in message:
+        return "full"
+    if code == "25006" or "readonly database" in message or "read-only transaction" in message:
+        return "read-only"
+    return None
