@@ -120,6 +120,34 @@ class BinSums:
                 getattr(sums, name)[int(bin_)] += float(value)
         return sums
 
+    @classmethod
+    def of_groups(cls, probability: np.ndarray, labels: np.ndarray, groups: np.ndarray, n_groups: int) -> list[BinSums]:
+        """``BinSums.of`` of binary rows without acceptance, for many groups at once (``groups[i]``
+        is row i's group, in ``0..n_groups-1``): one ``bincount`` per field over all groups."""
+        terms = feedback_terms(probability, labels)
+        index = groups * N_BINS + uniform_bins(terms.probability, N_BINS)
+        size = n_groups * N_BINS
+
+        def total(values: np.ndarray | None) -> np.ndarray:
+            return np.bincount(index, weights=values, minlength=size).astype(np.float64).reshape(n_groups, N_BINS)
+
+        count, probabilities, outcomes = total(None), total(terms.probability), total(terms.outcome)
+        brier, log_loss = total(terms.brier), total(terms.log_loss)
+        return [
+            cls(count=count[g], sum_probability=probabilities[g], sum_label=outcomes[g], sum_brier=brier[g],
+                sum_log_loss=log_loss[g])
+            for g in range(n_groups)
+        ]
+
+    @classmethod
+    def from_group_rows(cls, groups: np.ndarray, bins: np.ndarray, values: np.ndarray, n_groups: int) -> list[BinSums]:
+        """``from_rows`` for many groups at once: row i adds ``values[i]`` (SUM_FIELDS order) to bin
+        ``bins[i]`` of group ``groups[i]``."""
+        totals = np.zeros((len(SUM_FIELDS), n_groups, N_BINS))
+        for f in range(len(SUM_FIELDS)):
+            np.add.at(totals[f], (groups, bins), values[:, f])
+        return [cls(**{name: totals[f, g] for f, name in enumerate(SUM_FIELDS)}) for g in range(n_groups)]
+
     def rows(self) -> list[dict[str, float | int]]:
         """Non-empty bins as dicts of SUM_FIELDS plus ``bin``."""
         return [

@@ -105,7 +105,7 @@ class _Scope:
 
 
 def _read(session: Session, scope: _Scope, now: datetime, detailed: bool) -> dict[Key, VersionState]:
-    versions = session.execute(
+    versions = session.connection().execute(
         scope.where(select(CalibratorRow.name, VersionRow.calibrator_id, VersionRow.version, VersionRow.n_classes), VersionRow)
         .where(CalibratorRow.id == VersionRow.calibrator_id)
     ).all()
@@ -122,22 +122,22 @@ def _read(session: Session, scope: _Scope, now: datetime, detailed: bool) -> dic
     B = MonitorBucketRow
     for window, length in TIME_WINDOWS.items():
         query = select(B.calibrator_id, B.version, B.bin, *(func.sum(getattr(B, f)) for f in SUM_FIELDS))
-        rows = session.execute(
+        rows = session.connection().execute(
             scope.where(query, B).where(B.bucket_start > now - length).group_by(B.calibrator_id, B.version, B.bin)
         ).all()
-        for key, group in _grouped(rows, 2).items():
+        for key, sums in _bucket_sums(rows, 2).items():
             if key in states:
-                states[key].sums[window] = BinSums.from_rows(group)
+                states[key].sums[window] = sums
     F = FeedbackRow
     for window, limit in COUNT_WINDOWS.items():
         columns = (F.probability, F.label, F.probabilities, F.accepted)
-        for key, group in _grouped(_newest(session, scope, F, (F.calibrator_id, F.version), columns, limit), 2).items():
+        for key, sums in _count_sums(_newest(session, scope, F, (F.calibrator_id, F.version), columns, limit), 2).items():
             if key in states:
-                states[key].sums[window] = sums_of_rows(group)
+                states[key].sums[window] = sums
     drift_columns = (DriftStateRow.state,) if detailed else ()
     query = select(DriftStateRow.calibrator_id, DriftStateRow.version, DriftStateRow.alarm, DriftStateRow.log_evalue,
                    DriftStateRow.updated_at, *drift_columns)
-    for cid, version, alarm, log_evalue, updated_at, *state in session.execute(scope.where(query, DriftStateRow)).all():
+    for cid, version, alarm, log_evalue, updated_at, *state in session.connection().execute(scope.where(query, DriftStateRow)).all():
         if (cid, version) in states:
             states[(cid, version)].drift = _drift(
                 state[0] if state else None, updated_at, detailed, alarm=alarm, log_evalue=log_evalue
@@ -149,7 +149,7 @@ def _read(session: Session, scope: _Scope, now: datetime, detailed: bool) -> dic
 def _read_segments(session: Session, scope: _Scope, now: datetime, detailed: bool, states: dict[Key, VersionState]) -> None:
     D = SegmentDriftStateRow
     columns = (D.state,) if detailed else ()
-    rows = session.execute(
+    rows = session.connection().execute(
         scope.where(select(D.calibrator_id, D.version, D.dimension, D.segment, D.alpha, D.alarm, D.log_evalue,
                            D.updated_at, *columns), D)
     ).all()
@@ -174,18 +174,18 @@ def _read_segments(session: Session, scope: _Scope, now: datetime, detailed: boo
     S = SegmentMonitorBucketRow
     for window, length in TIME_WINDOWS.items():
         query = select(S.calibrator_id, S.version, S.dimension, S.segment, S.bin, *(func.sum(getattr(S, f)) for f in SUM_FIELDS))
-        found = session.execute(
+        found = session.connection().execute(
             scope.where(query, S).where(S.bucket_start > now - length)
             .group_by(S.calibrator_id, S.version, S.dimension, S.segment, S.bin)
         ).all()
-        for key, group in _grouped(found, 4).items():
-            put(key, window, BinSums.from_rows(group))
+        for key, sums in _bucket_sums(found, 4).items():
+            put(key, window, sums)
     F = SegmentFeedbackRow
     for window, limit in COUNT_WINDOWS.items():
         partition = (F.calibrator_id, F.version, F.dimension, F.segment)
         columns = (F.probability, F.label, F.probabilities, F.accepted)
-        for key, group in _grouped(_newest(session, scope, F, partition, columns, limit), 4).items():
-            put(key, window, sums_of_rows(group))
+        for key, sums in _count_sums(_newest(session, scope, F, partition, columns, limit), 4).items():
+            put(key, window, sums)
 
 
 def _newest(session: Session, scope: _Scope, table, partition: tuple, columns: tuple, limit: int) -> list[tuple]:
@@ -193,7 +193,33 @@ def _newest(session: Session, scope: _Scope, table, partition: tuple, columns: t
     rank = func.row_number().over(partition_by=partition, order_by=table.id.desc()).label("rank")
     ranked = scope.where(select(*partition, *columns, rank), table).subquery()
     names = [column.key for column in (*partition, *columns)]
-    return session.execute(select(*(ranked.c[n] for n in names)).where(ranked.c.rank <= limit)).all()
+    return session.connection().execute(select(*(ranked.c[n] for n in names)).where(ranked.c.rank <= limit)).all()
+
+
+def _bucket_sums(rows: list[tuple], width: int) -> dict[tuple, BinSums]:
+    """Summed bucket rows ``(*key, bin, *SUM_FIELDS)`` as BinSums by key (the first ``width`` columns)."""
+    if not rows:
+        return {}
+    keys: dict[tuple, int] = {}
+    groups = np.array([keys.setdefault(tuple(row[:width]), len(keys)) for row in rows], dtype=np.int64)
+    bins = np.array([row[width] for row in rows], dtype=np.int64)
+    values = np.array([row[width + 1:] for row in rows], dtype=np.float64)
+    return dict(zip(keys, BinSums.from_group_rows(groups, bins, values, len(keys))))
+
+
+def _count_sums(rows: list[tuple], width: int) -> dict[tuple, BinSums]:
+    """Stored labelled rows ``(*key, probability, label, probabilities, accepted)`` as BinSums by key:
+    binary rows without acceptance for all keys at once, the others key by key."""
+    grouped = _grouped(rows, width)
+    plain = [key for key, group in grouped.items() if all(r[2] is None and r[3] is None for r in group)]
+    plain_keys = set(plain)
+    out = {key: sums_of_rows(group) for key, group in grouped.items() if key not in plain_keys}
+    if plain:
+        groups = np.concatenate([np.full(len(grouped[key]), g, dtype=np.int64) for g, key in enumerate(plain)])
+        probability = np.array([r[0] for key in plain for r in grouped[key]], dtype=np.float64)
+        labels = np.array([r[1] for key in plain for r in grouped[key]], dtype=np.int64)
+        out.update(zip(plain, BinSums.of_groups(probability, labels, groups, len(plain))))
+    return out
 
 
 def _grouped(rows: list[tuple], width: int) -> dict[tuple, list[tuple]]:
@@ -226,7 +252,7 @@ def _drift(state: dict | None, updated_at: datetime | None, detailed: bool, alar
 
 def _hourly(session: Session, calibrator_id: int, version: int, hours: int, now: datetime) -> list[tuple[datetime, BinSums]]:
     B = MonitorBucketRow
-    rows = session.execute(
+    rows = session.connection().execute(
         select(B.bucket_start, B.bin, *(getattr(B, f) for f in SUM_FIELDS))
         .where(B.calibrator_id == calibrator_id, B.version == version, B.bucket_start > now - timedelta(hours=hours))
         .order_by(B.bucket_start)
