@@ -14,6 +14,11 @@ from http import HTTPStatus
 from typing import Any
 
 import orjson
+
+try:
+    import psycopg
+except ImportError:  # a SQLite-only install
+    psycopg = None
 import sqlalchemy.exc
 import sqlalchemy.orm.exc
 from fastapi import FastAPI, Request
@@ -306,13 +311,16 @@ def install(app: FastAPI) -> None:
             logger.error("database cannot take writes (%s) on %s %s: %s", fault, request.method, request.url.path, exc)
             note_storage_fault(request, fault)
             return problem_response(*STORAGE_FAULTS[fault], oip=is_oip(request.scope))
-        if isinstance(exc, sqlalchemy.exc.InternalError):
+        if isinstance(exc, sqlalchemy.exc.InternalError) or not isinstance(exc, sqlalchemy.exc.SQLAlchemyError):
             return await on_unexpected(request, exc)
         logger.warning("database unavailable on %s %s: %s", request.method, request.url.path, exc)
         return problem_response(
             503, "the database is unavailable; nothing was recorded, retry shortly", headers={"Retry-After": "5"},
             oip=is_oip(request.scope),
         )
+
+    if psycopg is not None:  # PostgreSQL's COPY runs on the driver's connection: its errors come unwrapped
+        app.exception_handler(psycopg.Error)(on_database_unavailable)
 
     @app.exception_handler(Exception)
     async def on_unexpected(request: Request, exc: Exception) -> Response:
