@@ -249,12 +249,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-request", action="store_true", help="skip timing fit_calibrator at the largest size")
     parser.add_argument("--out", type=Path, default=None, help="also write every run as JSON lines here")
     parser.add_argument("--no-write", action="store_true", help="do not write RESULTS.md")
+    parser.add_argument("--report", type=Path, nargs="+", default=None,
+                        help="no runs: build the section from these --out files (runs made apart, e.g. one per size)")
     args = parser.parse_args(argv)
     cases = args.cases.split(",")
     sizes = [int(s) for s in args.sizes.split(",")]
     largest = max(sizes)
+    if args.report:
+        runs = [json.loads(line) for path in args.report for line in path.read_text().splitlines() if line.strip()]
+        largest = max(r["size"] for r in runs)
+        report(runs, largest, f"{machine()} (when the section was assembled; each run's load is in its file)",
+               "benchmarks/segments.py --report " + " ".join(str(p) for p in args.report) + ", from runs of "
+               + "; ".join(sorted({r.get("command", "?") for r in runs})), None, args.no_write)
+        return
     python = mcgrad_python()
     load = machine()
+    command = "benchmarks/segments.py " + " ".join(argv if argv is not None else sys.argv[1:])
     runs: list[dict] = []
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="segments-") as tmp:
@@ -270,7 +280,7 @@ def main(argv: list[str] | None = None) -> None:
         for case, size, seed in plan:
             train, test = real(case, seed, python, folder) if case in REAL else synthetic(case, size, seed)
             rows = run(train, test, python, folder, time_request=size == largest and not args.no_request)
-            entry = {"case": case, "size": train.y.shape[0], "seed": seed, **rows}
+            entry = {"case": case, "size": train.y.shape[0], "seed": seed, "command": command.strip(), "load": os.getloadavg()[0], **rows}
             runs.append(entry)
             print(json.dumps({"case": case, "size": entry["size"], "seed": seed,
                               **{m: {k: (round(v, 4) if isinstance(v, float) else v) for k, v in rows[m].items()} for m in METHODS}}),
@@ -278,15 +288,20 @@ def main(argv: list[str] | None = None) -> None:
             if args.out:
                 with args.out.open("a") as handle:
                     handle.write(json.dumps(entry) + "\n")
-    elapsed = time.perf_counter() - started
+    report(runs, largest, load, command.strip(), time.perf_counter() - started, args.no_write)
+
+
+def report(runs: list[dict], largest: int, load: str, command: str, elapsed: float | None, no_write: bool) -> None:
     held = [r for r in runs if r["case"] not in DEVELOPMENT]
     lines = [summary(runs, "All")[0], summary([r for r in runs if r["case"] in DEVELOPMENT], "Development generators")[0],
              summary([r for r in held if r["case"] not in REAL], "Held-out generators")[0],
              summary([r for r in runs if r["case"] in REAL], "Real tables")[0]]
-    command = "benchmarks/segments.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    loads = [r["load"] for r in runs if "load" in r]
+    spent = f", {elapsed / 60:.0f} min" if elapsed is not None else ""
+    load_range = f" Load average during the runs {min(loads):.1f} to {max(loads):.1f}." if loads else ""
     section = "\n\n".join([
         "## Multicalibration suite: calibd against MCGrad 0.1.5",
-        f"{load}. `{command.strip()}`, {elapsed / 60:.0f} min. Both methods with their default options, LightGBM on one thread. "
+        f"{load}. `{command}`{spent}.{load_range} Both methods with their default options, LightGBM on one thread. "
         "MCE: mcgrad's own MulticalibrationError (defaults, float64) on the test rows (synthetic: as many fresh rows as "
         "calibrated on; real tables: the test third). Ratio: calibd's MCE sigma over MCGrad's, per (case, seed). "
         "POST /calibrators fit: fit_calibrator (validation, fit, 5-fold cross-fitted summary) in process, on one thread. "
@@ -295,7 +310,7 @@ def main(argv: list[str] | None = None) -> None:
         "\n".join(f"- {line}" for line in lines),
     ])
     print(section)
-    if not args.no_write:
+    if not no_write:
         write_results("segments", section, targets_of(runs, largest))
 
 

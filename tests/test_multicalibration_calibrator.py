@@ -47,7 +47,8 @@ def test_segments_are_corrected_where_a_global_calibrator_cannot():
     assert before["mce_sigma"] > 20 and global_only["mce_sigma"] > 10
     assert after["mce_sigma"] < 5  # no segment left with strong evidence of miscalibration
     assert log_loss(ours, y[test]) < log_loss(platt.predict(p[test]), y[test]) - 0.005
-    assert model.fit_info()["rounds"] >= 1
+    info = model.fit_info()  # the correction came from the segment stage or the trees, not a global map
+    assert info["rounds"] >= 1 or info["training"]["start"] == "segment stage"
 
 
 def test_node_arrays_walk_to_lightgbm_predictions():
