@@ -263,6 +263,8 @@ def main(argv: list[str] | None = None) -> None:
                + "; ".join(sorted({r.get("command", "?") for r in runs})), None, args.no_write)
         return
     python = mcgrad_python()
+    import lightgbm  # noqa: F401  (imported once before the first timed fit, as a serving process has it)
+
     load = machine()
     command = "benchmarks/segments.py " + " ".join(argv if argv is not None else sys.argv[1:])
     runs: list[dict] = []
