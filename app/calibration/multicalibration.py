@@ -74,6 +74,8 @@ _MISSING = {"None": MISSING_NONE, "Zero": MISSING_ZERO, "NaN": MISSING_NAN}
 ZERO_THRESHOLD = 1e-35
 #: Folds of the nested early stopping (the trees of a round, the rounds, the start).
 N_FOLDS = 5
+#: LightGBM's Dataset construction (binning) on one thread too: OpenMP threads spin-wait for each other.
+DATASET_PARAMS = {"max_bin": 255, "verbosity": -1, "num_threads": 1}
 #: Rows per block of the tree walk (block rows x trees of state).
 PREDICT_BLOCK = 8192
 
@@ -415,7 +417,7 @@ class MulticalibrationCalibrator(Calibrator):
             block = X[rows]
             block[:, 0] = chain[rows]
             return lgb.Dataset(block, y[rows], weight=weights[rows], init_score=chain[rows], categorical_feature=categorical,
-                               reference=reference, free_raw_data=False, params={"max_bin": 255, "verbosity": -1})
+                               reference=reference, free_raw_data=False, params=DATASET_PARAMS)
 
         def search(chains: list[np.ndarray]) -> tuple[list[np.ndarray], list[dict]]:
             """Rounds on the folds alone: each fold's trees boost from that fold's own chain (the rounds
@@ -447,15 +449,16 @@ class MulticalibrationCalibrator(Calibrator):
                 for k, (booster, chain) in enumerate(zip(boosters, chains)):
                     block = X.copy()
                     block[:, 0] = chain
-                    chains[k] = chain + booster.predict(block, num_iteration=trees, raw_score=True)
+                    chains[k] = chain + booster.predict(block, num_iteration=trees, raw_score=True, num_threads=1)
                 best = curve[trees - 1]
                 history.append({"round": r, "trees": trees, "validation_log_loss": best})
             return chains, history
 
         chains, history = search(chains)
-        if categorical and self.segment_offsets:
-            # the segment stage as the start instead, kept only if its rounds end lower out of sample
-            # (its biases can hide an interaction from the trees' first split, so it must earn its place)
+        if categorical and self.segment_offsets and out_of_fold_loss(stage_chains) < history[0]["validation_log_loss"] - 1e-7:
+            # the segment stage (when it beats the start out of sample) as the start instead, kept only
+            # if its rounds end lower out of sample (its biases can hide an interaction from the trees'
+            # first split, so it must earn its place)
             stage_chains, stage_history = search(stage_chains)
             if stage_history[-1]["validation_log_loss"] < history[-1]["validation_log_loss"] - 1e-7:
                 start, linear, chains, history = "segment stage", segment_stage(np.arange(n)), stage_chains, stage_history
@@ -466,10 +469,10 @@ class MulticalibrationCalibrator(Calibrator):
         for entry in history[1:]:
             X[:, 0] = offset
             full = lgb.Dataset(X, y, weight=weights, init_score=offset, categorical_feature=categorical,
-                               free_raw_data=False, params={"max_bin": 255, "verbosity": -1})
+                               free_raw_data=False, params=DATASET_PARAMS)
             booster = lgb.train(params, full, num_boost_round=entry["trees"])
             rounds.append(_flatten_trees(booster.dump_model()["tree_info"]))
-            offset = offset + booster.predict(X, raw_score=True)  # what _Forest.raw gives, in C++ (no init score)
+            offset = offset + booster.predict(X, raw_score=True, num_threads=1)  # what _Forest.raw gives, in C++ (no init score)
         out_of_fold = np.empty(n)
         for chain, (_, held) in zip(chains, parts):
             out_of_fold[held] = sigmoid(chain[held])

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from ..monitoring import segments as core
 from ..monitoring.drift import DriftTest
+from ..monitoring.evidence import rank_segments
 from ..monitoring.windows import COUNT_WINDOWS, SUM_FIELDS, TIME_WINDOWS, WINDOWS, BinSums, FeedbackTerms, window_metrics
 from .db import transaction
 from .models import (
@@ -263,7 +264,7 @@ def drift_states(sessions: Sessions, calibrator_id: int, version: int) -> dict[t
 
 
 def monitors(sessions: Sessions, calibrator_id: int, version: int, binary: bool) -> list[dict]:
-    """Every segment's windows and drift test, the worst calibrated (last_10000 ECE) first."""
+    """Every segment's windows and drift test, the strongest evidence of miscalibration first (``rank_segments``)."""
     sums = window_sums(sessions, calibrator_id, version)
     drift = drift_states(sessions, calibrator_id, version)
     out = [
@@ -275,9 +276,7 @@ def monitors(sessions: Sessions, calibrator_id: int, version: int, binary: bool)
         }
         for dimension, segment in sorted(drift)
     ]
-    worst = WINDOWS[-1]
-    out.sort(key=lambda s: -1.0 if s["windows"][worst]["ece"] is None else s["windows"][worst]["ece"], reverse=True)
-    return out
+    return rank_segments(out)
 
 
 def purge(session: Session, oldest: datetime) -> dict[str, int]:
