@@ -74,6 +74,9 @@ _MISSING = {"None": MISSING_NONE, "Zero": MISSING_ZERO, "NaN": MISSING_NAN}
 ZERO_THRESHOLD = 1e-35
 #: Folds of the nested early stopping (the trees of a round, the rounds, the start).
 N_FOLDS = 5
+#: A change (the start, a round, the segment stage) is kept when its paired out-of-fold gain in log loss
+#: is at least this many standard errors above zero.
+EVIDENCE_Z = 1.0
 #: LightGBM's Dataset construction (binning) on one thread too: OpenMP threads spin-wait for each other.
 DATASET_PARAMS = {"max_bin": 255, "verbosity": -1, "num_threads": 1}
 #: Rows per block of the tree walk (block rows x trees of state).
@@ -383,6 +386,23 @@ class MulticalibrationCalibrator(Calibrator):
             total = sum(_log_loss(chain[held], y[held], weights[held]) * w for chain, (_, held), w in zip(chains, parts, held_weight))
             return float(total / sum(held_weight))
 
+        def row_losses(chains: list[np.ndarray]) -> np.ndarray:
+            out = np.empty(n)
+            for chain, (_, held) in zip(chains, parts):
+                out[held] = np.logaddexp(0.0, chain[held]) - y[held] * chain[held]
+            return out
+
+        def better(new: list[np.ndarray], old: list[np.ndarray]) -> bool:
+            """Whether ``new`` lowers the out-of-fold log loss by more than noise: the paired per-row
+            gain's weighted mean at least EVIDENCE_Z standard errors above zero. A change the held-out
+            rows cannot tell from noise (an already multicalibrated input, a segment of a few rows) is
+            not made, so the fit does not get worse than the input or Platt out of sample."""
+            gain = row_losses(old) - row_losses(new)
+            total = weights.sum()
+            mean = float(np.dot(weights, gain) / total)
+            se = float(np.sqrt(np.dot(weights**2, (gain - mean) ** 2)) / total)
+            return mean > 0 and mean >= EVIDENCE_Z * se
+
         if categorical and self.segment_offsets:
             codes = [X[:, j].astype(np.int64) for j in categorical]
             sizes = [len(spec[j - 1]["categories"]) for j in categorical]
@@ -396,7 +416,7 @@ class MulticalibrationCalibrator(Calibrator):
         # Round 0, the start, chosen out of sample: the input as it is, or Platt's global correction
         # when its out-of-fold log loss is lower, so the fit never starts worse than either.
         start_losses = {"input": out_of_fold_loss([z] * N_FOLDS), "platt": out_of_fold_loss([a * z + b] * N_FOLDS)}
-        if start_losses["platt"] < start_losses["input"] - 1e-7:
+        if better([a * z + b] * N_FOLDS, [z] * N_FOLDS):
             start, linear, chains = "platt", {"a": a, "b": b, "coefficients": {}}, [a * z + b] * N_FOLDS
         else:
             start, linear, chains = "input", {"a": 1.0, "b": 0.0, "coefficients": {}}, [z] * N_FOLDS
@@ -446,10 +466,14 @@ class MulticalibrationCalibrator(Calibrator):
                 trees = int(np.argmin(curve)) + 1
                 if not curve[trees - 1] < best - 1e-7:  # this round does not help out of sample: stop
                     break
-                for k, (booster, chain) in enumerate(zip(boosters, chains)):
+                moved = []
+                for booster, chain in zip(boosters, chains):
                     block = X.copy()
                     block[:, 0] = chain
-                    chains[k] = chain + booster.predict(block, num_iteration=trees, raw_score=True, num_threads=1)
+                    moved.append(chain + booster.predict(block, num_iteration=trees, raw_score=True, num_threads=1))
+                if not better(moved, chains):  # it helps, but not by more than noise: stop
+                    break
+                chains = moved
                 best = curve[trees - 1]
                 history.append({"round": r, "trees": trees, "validation_log_loss": best})
             return chains, history
@@ -460,7 +484,7 @@ class MulticalibrationCalibrator(Calibrator):
             # if its rounds end lower out of sample (its biases can hide an interaction from the trees'
             # first split, so it must earn its place)
             stage_chains, stage_history = search(stage_chains)
-            if stage_history[-1]["validation_log_loss"] < history[-1]["validation_log_loss"] - 1e-7:
+            if better(stage_chains, chains):
                 start, linear, chains, history = "segment stage", segment_stage(np.arange(n)), stage_chains, stage_history
         history[0]["start"] = start
         # the rounds found, fitted on every row
