@@ -15,24 +15,30 @@ finds the segments where it can be, with the current logit as the offset
 
 Each round's trees see the previous round's logit as a feature, so a later
 round can split on where the earlier corrections moved a row (MCGrad's
-rounds). Guards against fitting noise in small segments: held-out rows (one
-stratified part of ``validation_fraction``, or 5 folds up to CV_MAX_ROWS
-rows) early-stop the trees within a round (``patience``) and stop the rounds
-when the held-out log loss stops falling; each round is then fitted on every
-row with the number of trees found; leaves hold at least ``min_samples_leaf``
-rows, categories are pooled below that many (LightGBM's
+rounds). What the fit keeps is chosen on 5 stratified folds (nested early
+stopping), not by constants: the start f_0 (the input as it is, or Platt's g),
+each round's number of trees (every fold boosts from its own chain, the
+rounds before fitted without its held-out rows, all folds a tree at a time,
+until ``patience`` trees bring no lower pooled held-out log loss), the number
+of rounds, and the segment stage. Each change is kept only when its paired
+per-row gain in held-out log loss is at least EVIDENCE_Z standard errors above
+zero, so an input with nothing to fix comes back as it was and the fit is never
+worse than the input or Platt out of sample. Each kept round is then fitted on
+every row with the number of trees found. Leaves hold at least
+``min_samples_leaf`` rows, categories are pooled below that many (LightGBM's
 ``min_data_per_group``), and leaf values and category biases are shrunk by an
-L2 penalty (``l2``).
+L2 penalty (``l2``). The folds' out-of-fold predictions (``out_of_fold_``) are
+the cross-fitted summary's, so POST /calibrators fits once.
 
-Where this departs from MCGrad, for speed at the same error: the segment
-stage f_0, a logistic regression of the label on the logit and one bias per
-category with an L2 penalty (Newton's method; ``_segment_offsets``), fits
-the additive per-segment biases that trees would need many small steps for;
-it is kept only when it wins out of sample (on the held-out part; with folds,
-when the trees from its out-of-fold offsets end with the lower log loss).
-The trees then use a larger learning rate with early stopping inside each
-round (MCGrad fits 94 trees at rate 0.029 per round and, under 2.5 million
-rows, cross-validates its number of rounds).
+Where this departs from MCGrad: the segment stage f_0, a logistic regression
+of the label on the logit and one bias per category with an L2 penalty
+(Newton's method; ``_segment_offsets``), fits the additive per-segment biases
+that trees would need many small steps for. Its biases can hide an
+interaction from the trees' first split (each value's residual averages to
+zero), so it starts the trees only when its boosted chain ends lower out of
+sample than the chain from the input or Platt. The trees use a larger learning
+rate with early stopping inside each round (MCGrad fits 94 trees at rate 0.029
+per round and cross-validates its number of rounds).
 
 LightGBM, not scikit-learn's HistGradientBoosting: boosting from an offset
 (``init_score``) is what each round needs, and HistGradientBoosting has none.

@@ -229,7 +229,9 @@ def run_fit(job: FitJob, progress: Callable[[float, str], None] | None = None) -
             queue.put((job.job_id, fraction, stage))
 
     try:
+        parse_started = time.perf_counter()
         fit, holdout, to_problem = _parse(job)
+        parse_seconds = time.perf_counter() - parse_started
         scores, labels, sample_weight, classes = (
             holdout.pop(key, None) for key in ("scores", "labels", "sample_weight", "classes")
         )
@@ -247,6 +249,7 @@ def run_fit(job: FitJob, progress: Callable[[float, str], None] | None = None) -
             )
         except CalibrationInputError as error:
             raise to_problem(error) from None
+        result.summary["timings"] = {"parse": parse_seconds, **result.summary["timings"]}
         return {
             "result": {
                 "name": fit.name,
