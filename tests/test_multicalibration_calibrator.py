@@ -216,3 +216,13 @@ def test_auto_without_features_keeps_its_candidates_and_refuses_conflicting_arra
     with pytest.raises(CalibrationInputError) as error:
         get_method("auto").from_options("probability", {"candidates": ["selective", "multicalibration"]})
     assert error.value.field == "options.candidates"
+
+
+def test_a_calibrator_stored_with_the_old_validation_fraction_option_still_loads():
+    """Stored before the nested early stopping, params held validation_fraction: it loads and predicts the same."""
+    p, y, features = synthetic(3000, 5)
+    model = MulticalibrationCalibrator().fit(p, y, features=features)
+    stored = model.to_dict()
+    stored["params"]["validation_fraction"] = 0.2
+    loaded = MulticalibrationCalibrator.from_dict(stored)
+    np.testing.assert_array_equal(loaded.predict(p, features=features), model.predict(p, features=features))
