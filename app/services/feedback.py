@@ -59,7 +59,7 @@ from .errors import InvalidRequest
 from .monitoring import DriftSettings
 
 if TYPE_CHECKING:  # the container is built by the app; only its attributes are used here
-    from ..api.state import Services
+    from .container import Services
 
 logger = logging.getLogger("calibd")
 

@@ -33,7 +33,7 @@ from .feedback import segment_columns
 from .monitoring import DriftSettings
 
 if TYPE_CHECKING:
-    from ..api.state import Services
+    from .container import Services
 
 
 @dataclass(frozen=True)
