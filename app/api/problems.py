@@ -21,6 +21,7 @@ from starlette.responses import Response
 
 from ..calibration import CalibrationInputError
 from ..storage.repository import InvalidCursor, NoCurrentVersion, NotFound
+from .logs import request_id
 
 logger = logging.getLogger("calibd")
 
@@ -281,4 +282,7 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def on_unexpected(request: Request, exc: Exception) -> Response:
         logger.exception("unhandled error on %s %s", request.method, request.url.path)
-        return problem_response(500, "internal error; see the server log", oip=is_oip(request.scope))
+        # The request id, as the edge's own 500 gives it, ties the answer to its log line.
+        return problem_response(
+            500, f"internal error; see the server log (request id {request_id.get()})", oip=is_oip(request.scope)
+        )
