@@ -60,6 +60,7 @@ ROUTES = {
     "import": ("POST", f"/calibrators/{NAME}/import", {}, "admin"),
     "segments": ("GET", f"/calibrators/{NAME}/segments", None, "read"),
     "segments-set": ("PUT", f"/calibrators/{NAME}/segments", {"dimensions": ["country"], "max_values": 5}, "admin"),
+    "labels-set": ("PUT", f"/calibrators/{NAME}/labels", {"window": None, "missing": "negative"}, "admin"),
     "unmatched-labels": ("GET", f"/calibrators/{NAME}/unmatched-labels", None, "read"),
     "predictor": ("GET", f"/calibrators/{NAME}/predictor", None, "read"),
     "predictor-set": ("PUT", f"/calibrators/{NAME}/predictor", {"url": "http://127.0.0.1:9"}, "admin"),
