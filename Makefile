@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench clean
+.PHONY: run test docs bench clean
 
 # setup.py builds the compiled kernels into app/calibration/ (optional: without a C compiler, numpy serves).
 $(RUN_STAMP): pyproject.toml setup.py app/calibration/_kernels.c
@@ -27,10 +27,14 @@ run: $(RUN_STAMP)
 test: $(STAMP)
 	$(BIN)/pytest
 
+# The documentation site, into site/; --strict fails on a broken link or anchor, or a page missing from the nav.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 # Every benchmark in benchmarks/, then benchmarks/RESULTS.md (about 25 minutes on 2 cores; needs wrk,
 # and PostgreSQL for the /feedback one). One benchmark alone: $(BIN)/python benchmarks/<name>.py
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) calibd.db .pytest_cache .hypothesis build app/calibration/_kernels*.so
+	rm -rf $(VENV) calibd.db .pytest_cache .hypothesis build site app/calibration/_kernels*.so

@@ -4,35 +4,26 @@ from __future__ import annotations
 
 from datetime import timedelta
 from functools import lru_cache
-from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, field_validator
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .predictor_urls import SCHEMES, AllowList, PredictorUrlError, check_url
+
 #: How a predictor is reached: the inference protocol over REST (http, https) or gRPC.
-PREDICTOR_SCHEMES = ("http", "https", "grpc")
+PREDICTOR_SCHEMES = SCHEMES
 
 
 def check_predictor_url(url: str | None) -> str | None:
     """A predictor's URL: ``http(s)://host[:port][/prefix]`` (REST) or ``grpc://host:port`` (gRPC),
-    without its trailing slash."""
+    without its trailing slash (the rules: predictor_urls.py)."""
     if url is None:
         return None
     try:
-        parts = urlsplit(url)
-        port = parts.port  # a port that is not a number raises here
-    except ValueError:
-        raise PydanticCustomError("predictor_url", "is not a URL") from None
-    if parts.scheme not in PREDICTOR_SCHEMES:
-        raise PydanticCustomError("predictor_url", "must be an http://, https:// or grpc:// URL")
-    if not parts.hostname:
-        raise PydanticCustomError("predictor_url", "must name the predictor's host")
-    if parts.query or parts.fragment or parts.username or parts.password:
-        raise PydanticCustomError("predictor_url", "must have no query, fragment or credentials")
-    if parts.scheme == "grpc" and (port is None or parts.path.strip("/")):
-        raise PydanticCustomError("predictor_url", "a gRPC predictor is grpc://host:port, with no path")
-    return url.rstrip("/")
+        return check_url(url)
+    except PredictorUrlError as error:
+        raise PydanticCustomError("predictor_url", "{reason}", {"reason": str(error)}) from None
 
 
 class PredictorSetting(BaseModel):
@@ -63,6 +54,16 @@ class Settings(BaseSettings):
     max_batch_scores: int = Field(default=1_000_000, gt=0)
     #: Most rows a holdout may have (methods may allow fewer; the error says which limit applies).
     max_holdout_rows: int = Field(default=5_000_000, gt=0)
+    #: Most rows one /feedback request may carry (JSON arrays, table rows), counted before parsing.
+    max_feedback_rows: int = Field(default=100_000, gt=0)
+    #: Most bytes the arrays of one uploaded table or archive (Arrow, Parquet, .npz) may take once
+    #: decompressed; checked from the file's metadata before anything is decompressed.
+    max_decoded_bytes: int = Field(default=1024 * 1024 * 1024, gt=0)
+    #: A client has this long to send a request's headers (from its connection, or from the end of the
+    #: previous answer), else the connection gets 408 and is closed (``calibd serve``).
+    header_timeout_seconds: float = Field(default=10, gt=0)
+    #: A request body that stops arriving for this long is abandoned and its connection closed.
+    body_timeout_seconds: float = Field(default=30, gt=0)
     #: How often each process checks the database for promotions made by other processes.
     version_poll_seconds: float = Field(default=0.5, gt=0)
     #: Memory budget of the in-process cache of loaded calibrators, in bytes.
@@ -94,6 +95,13 @@ class Settings(BaseSettings):
     label_maturity_seconds: float = Field(default=1.0, gt=0)
     #: Logged predictions waiting to be written; beyond this they are dropped and counted.
     prediction_log_queue: int = Field(default=200_000, gt=0)
+    #: POST /cloudevents: inference request and response halves waiting for their other half, per
+    #: process; beyond this (or older than cloudevents_pair_seconds) the oldest is dropped and counted.
+    cloudevents_max_unpaired: int = Field(default=100_000, gt=0)
+    cloudevents_pair_seconds: float = Field(default=300, gt=0)
+    #: A half unpaired in a process for this long is written to the database, where its other half,
+    #: if it reached another process (replica or worker), pairs with it. 0: pairs only in a process.
+    cloudevents_share_seconds: float = Field(default=5, ge=0)
     #: A key registered with the admin scope at start (the compose stack's first key).
     bootstrap_admin_key: str | None = None
     #: Require a key with the read scope for /metrics (open by default, as Prometheus expects).
@@ -101,6 +109,11 @@ class Settings(BaseSettings):
     #: How often each process adds its pending request metrics to the Prometheus ones (api/pending_metrics.py):
     #: with several workers, a scrape sees another worker's requests at most this much later.
     metrics_flush_seconds: float = Field(default=1.0, gt=0)
+    #: How long a /metrics scrape waits for the monitors' database read (one read at most every 2 s,
+    #: shared by all scrapers, on a connection of its own); past it, the last values are served.
+    metrics_timeout_seconds: float = Field(default=5, gt=0)
+    #: How long /readyz waits for the database (its own connection) before it answers not ready.
+    readiness_timeout_seconds: float = Field(default=2, gt=0)
 
     #: Serve the inference protocol over gRPC on this port too (``calibd serve --grpc-port``); None: no gRPC.
     grpc_port: int | None = Field(default=None, ge=0, le=65535)
@@ -124,7 +137,31 @@ class Settings(BaseSettings):
     #: timeout); a gRPC predictor has one channel, its requests multiplexed on one HTTP/2 connection.
     predictor_max_connections: int = Field(default=32, gt=0)
 
+    #: The predictors calibd may connect to: host names, IP addresses and CIDR networks, each with an
+    #: optional port, separated by commas ("models.internal:8080, 10.0.0.0/8, 127.0.0.1:8081"). Empty:
+    #: none but CALIBD_PREDICTOR_URL's and CALIBD_PREDICTORS' own. Loopback and link-local addresses
+    #: need an entry inside their ranges (docs/transformer.md).
+    predictor_allow: str = ""
+    #: The largest answer a predictor may give, in bytes (REST: headers and body; gRPC: its message);
+    #: a larger one is cut off and the caller gets 502.
+    predictor_max_answer_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+
     _predictor_url = field_validator("predictor_url")(check_predictor_url)
+
+    @field_validator("predictor_allow")
+    @classmethod
+    def _check_allow(cls, value: str) -> str:
+        try:
+            AllowList.parse(value)
+        except PredictorUrlError as error:
+            raise PydanticCustomError("predictor_allow", "{reason}", {"reason": str(error)}) from None
+        return value
+
+    def allowed_predictors(self) -> AllowList:
+        """CALIBD_PREDICTOR_ALLOW, with the operator's own predictors (CALIBD_PREDICTOR_URL,
+        CALIBD_PREDICTORS) allowed too: whoever sets those needs no second setting."""
+        own = [p.url for p in self.predictors.values()] + ([self.predictor_url] if self.predictor_url else [])
+        return AllowList.parse(self.predictor_allow).including(own)
 
     #: How often the closed-loop recalibration looks at calibrators with a policy.
     recalibration_interval_seconds: float = Field(default=30, gt=0)

@@ -16,33 +16,43 @@ from .api import (
     calibrate, calibrators, evaluate, feedback, health, inference, keys, observability, predictors, problems, recalibration,
     reports, segments, transfer,
 )
+from .api import cloudevents
 from .api.edge import EdgeFirst
 from .api.calibrators.fit_job import run_fit, warm_up
-from .workers.pool import FitPool
+from .workers.pool import FitPool, init_background_worker
+from .workers.side_process import SideProcess, shares_database
 from .api.inference import transformer
 from .api.feedback.router import count_joins
 from .api.logs import configure_logging, flush_logs
+from .api import monitor_exposition
 from .api.observability import PREDICTION_LOG_DROPPED, flush_request_metrics, make_registry
 from .api.state import Services
 from .config import Settings, get_settings
+from .services import cloudevents as cloudevents_service
 from .services import feedback as feedback_service
+from .services import fitting
+from .services import recalibration as recalibration_service
 from .services import label_timing
 from .services.monitoring import DriftSettings
 from .storage import retention
 from .storage.cache import CalibratorStore
-from .storage.db import make_engine, make_sessionmaker
+from .storage.db import make_engine, make_sessionmaker, make_side_engine
 from .storage.jobs import sweep_interrupted
 from .storage.keys import KeyRing
 from .storage.models import utcnow
 from .storage.prediction_log import PredictionLog
 
 logger = logging.getLogger("calibd")
+#: How long a stop waits for the periodic jobs' runs under way to end.
+STOP_SECONDS = 5.0
 
 
-async def _every(seconds: float, job, what: str) -> None:
-    """Run ``job`` every ``seconds``: awaited if it is a coroutine function, else in a worker
-    thread. A failure (the database restarting, say) is logged, and the job runs again next time."""
-    while True:
+async def _every(stopping: asyncio.Event, seconds: float, job, what: str) -> None:
+    """Run ``job`` every ``seconds`` until ``stopping`` is set: awaited if it is a coroutine function,
+    else in a worker thread. A failure (the database restarting, say) is logged, and the job runs
+    again next time. A run under way when ``stopping`` is set ends first: cancelled, its awaited
+    thread would run on and what the job does after that await (log the pairs a commit took) never."""
+    while not stopping.is_set():
         try:
             if inspect.iscoroutinefunction(job):
                 await job()
@@ -50,7 +60,10 @@ async def _every(seconds: float, job, what: str) -> None:
                 await run_in_threadpool(job)
         except Exception as error:
             logger.warning("%s failed: %s", what, error)
-        await asyncio.sleep(seconds)
+        try:
+            await asyncio.wait_for(stopping.wait(), seconds)
+        except TimeoutError:
+            pass
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -62,6 +75,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI):
         engine = make_engine(settings.database_url)
         sessions = make_sessionmaker(engine)
+        # Engines of their own, with short timeouts: neither /metrics nor /readyz waits for, or
+        # takes, a connection of the routes that write. /metrics reads in a process of its own.
+        probe_engine = make_side_engine(settings.database_url, settings.readiness_timeout_seconds)
+        monitor_reader = monitor_exposition.reader(settings.database_url, settings.metrics_timeout_seconds, sessions)
+        metrics_registry, monitor_collector = make_registry(monitor_reader, settings.metrics_timeout_seconds)
         store = CalibratorStore(sessions, settings.calibrator_cache_bytes)
         drift = DriftSettings(settings.monitor_alpha, settings.monitor_tolerance)
         pending_join = feedback_service.PendingJoin(
@@ -84,7 +102,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             sessions=sessions,
             store=store,
             prediction_log=prediction_log,
-            metrics_registry=make_registry(sessions),
+            metrics_registry=metrics_registry,
+            monitor_collector=monitor_collector,
+            probe_engine=probe_engine,
             keyring=keyring,
             fit_pool=FitPool(settings.fit_workers, settings.fit_timeout_seconds, settings.spool_dir, task=run_fit, warm_up=warm_up),
         )
@@ -103,6 +123,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             retention.purge(sessions, utcnow(), settings.prediction_ttl, settings.feedback_retention)
 
         async def flush_prediction_log() -> None:
+            await cloudevents_service.flush(app.state.services)  # pairs of POST /cloudevents, calibrated at once
             entries = prediction_log.take()
             if entries:
                 await run_in_threadpool(prediction_log.write, entries)
@@ -111,15 +132,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             # Every process sweeps: a label may reach a replica other than the one whose log holds its prediction.
             count_joins(feedback_service.sweep_pending(sessions, pending_join))
 
+        # Every serving process may mature: each batch holds its calibrator's maturity row.
+        maturity_process = None
+        if shares_database(settings.database_url):
+            maturity_process = SideProcess(label_timing.__name__, init_background_worker)
+
         def mature_predictions() -> None:
-            # Every process may run it: each batch holds its calibrator's maturity row.
-            label_timing.mature(sessions, drift)
+            if not label_timing.has_work(sessions):
+                return
+            if maturity_process is None:  # an in-memory SQLite database: only this process sees it
+                label_timing.mature(sessions, drift)
+            else:
+                maturity_process.call(label_timing.mature_database, settings.database_url, drift)
 
         async def flush_pending_metrics() -> None:  # a coroutine: it runs in the loop's thread, no wake-up
             flush_request_metrics()
 
         async def recalibrate() -> None:
-            await recalibration.run_loop_once(app.state.services)
+            await recalibration_service.run_loop_once(app.state.services)
 
         def poll_registry_and_keys() -> None:
             # One worker-thread wake-up per interval, not one for each: while a waking
@@ -129,8 +159,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             finally:
                 keyring.refresh()
 
+        stopping = asyncio.Event()
         tasks = [
-            asyncio.create_task(_every(*job))
+            asyncio.create_task(_every(stopping, *job))
             for job in (
                 (settings.version_poll_seconds, poll_registry_and_keys, "registry and key poll"),
                 (0.2, flush_prediction_log, "prediction log write"),
@@ -145,15 +176,25 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             yield
         finally:
-            for task in tasks:
+            stopping.set()
+            _, stuck = await asyncio.wait(tasks, timeout=STOP_SECONDS)
+            for task in stuck:  # a job waiting on a database that does not answer
                 task.cancel()
             if grpc_server is not None:
                 await grpc_server.stop(grace=5)
             await predictor_client.close()
-            await calibrators.jobs.interrupt_all(app.state.services)
+            await fitting.interrupt_all(app.state.services)
+            try:  # what waits unpaired here goes to the database, for another replica to pair
+                await cloudevents_service.flush(app.state.services, everything=True)
+            except Exception as error:
+                logger.warning("cloudevents flush at shutdown failed: %s", error)
             await run_in_threadpool(prediction_log.write, prediction_log.take())
             app.state.services.fit_pool.close()
-            engine.dispose()
+            if maturity_process is not None:
+                maturity_process.close()
+            monitor_reader.close()
+            for each in (engine, probe_engine):
+                each.dispose()
             flush_request_metrics()
             flush_logs()
 
@@ -171,7 +212,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for module in (
         # Routes are matched router by router, in this order: the serving routes come early.
         calibrators, calibrators.jobs, calibrate, inference, feedback, evaluate, reports, recalibration, transfer, keys,
-        health, observability, segments, predictors,
+        health, observability, segments, predictors, cloudevents,
     ):
         app.include_router(module.router)
     # One layer in front of everything: request id, body limit, duration histogram, access line;

@@ -92,8 +92,9 @@ def write_results(name: str, section: str, targets: list[Target], assemble: bool
 
 # -- a calibd serve process -------------------------------------------------------------------
 @contextmanager
-def postgres_schema() -> Iterator[str]:
-    """A fresh schema in the local PostgreSQL, migrated to head; its URL. Dropped afterwards."""
+def postgres_schema(calibd: str = CALIBD) -> Iterator[str]:
+    """A fresh schema in the local PostgreSQL, migrated to head by ``calibd`` (an executable); its URL.
+    Dropped afterwards."""
     from sqlalchemy import create_engine, text
 
     admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
@@ -103,7 +104,7 @@ def postgres_schema() -> Iterator[str]:
     separator = "&" if "?" in POSTGRES_URL else "?"
     url = f"{POSTGRES_URL}{separator}options=-csearch_path%3D{schema}"
     try:
-        subprocess.run([CALIBD, "migrate"], env={**os.environ, "CALIBD_DATABASE_URL": url}, check=True,
+        subprocess.run([calibd, "migrate"], env={**os.environ, "CALIBD_DATABASE_URL": url}, check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         yield url
     finally:
@@ -125,19 +126,27 @@ def postgres_available() -> bool:
         return False
 
 
-def pinned(command: list[str], cpus: str | None) -> list[str]:
+def pinned(command: list[str], cpus: str | None, prefix: tuple[str, ...] = ()) -> list[str]:
     """``command`` run by ``taskset -c cpus`` (a list such as "0-3"); itself when ``cpus`` is None.
-    Every process and thread it starts inherits the set."""
+    Every process and thread it starts inherits the set. ``prefix``: a tool that runs the command
+    (valgrind and its options), between taskset and the command."""
+    command = [*prefix, *command]
     return command if cpus is None else ["taskset", "-c", cpus, *command]
 
 
 class Server:
     """``calibd serve`` in a child process of its own, with the benchmark routes on and auth on
-    (``cpus``: the CPUs it and its workers may use, a taskset list)."""
+    (``cpus``: the CPUs it and its workers may use, a taskset list; ``calibd``: the executable, by
+    default this checkout's, or another checkout's to compare two codes; ``prefix``: a tool that runs
+    it, such as valgrind; ``ready_timeout``: how long it may take to answer /readyz)."""
 
     def __init__(self, database_url: str | None = None, workers: int = 1, env: dict[str, str] | None = None,
-                 log: str = "pipe", key: str | None = None, cpus: str | None = None):
+                 log: str = "pipe", key: str | None = None, cpus: str | None = None, calibd: str = CALIBD,
+                 prefix: tuple[str, ...] = (), ready_timeout: float = 180):
         self.cpus = cpus
+        self.calibd = calibd
+        self.prefix = prefix
+        self.ready_timeout = ready_timeout
         self.tmp = Path(tempfile.mkdtemp(prefix="calibd-bench-"))
         self.database_url = database_url or f"sqlite:///{self.tmp / 'calibd.db'}"
         self.workers = workers
@@ -170,7 +179,7 @@ class Server:
     def __enter__(self) -> Server:
         self._log = open(self.log_path, "wb") if self.log == "file" else subprocess.PIPE
         self.process = subprocess.Popen(
-            pinned([CALIBD, "serve", "--port", str(self.port), "--workers", str(self.workers)], self.cpus),
+            pinned([self.calibd, "serve", "--port", str(self.port), "--workers", str(self.workers)], self.cpus, self.prefix),
             env=self.env, stdout=self._log, stderr=subprocess.STDOUT, cwd=self.tmp,
         )
         if self.log != "file":
@@ -195,7 +204,7 @@ class Server:
         return self.log_path.read_text() if self.log == "file" else "".join(self._tail)
 
     def _wait_ready(self) -> None:
-        wait_ready(self.process, self.url + "/readyz", 180, "calibd serve", self.log_text)  # a busy machine: minutes
+        wait_ready(self.process, self.url + "/readyz", self.ready_timeout, "calibd serve", self.log_text)  # busy: minutes
         if self.workers > 1:  # every worker must be up before the load starts
             time.sleep(2.0)
 
@@ -235,12 +244,16 @@ class Server:
 class EchoServer:
     """The bare echo app (benchmarks/echo_app.py) in a process of its own, served as ``calibd serve``
     serves calibd: uvicorn, the same flags, the same worker count. ``url`` is its POST route.
-    ``raw``: the plain ASGI echo (no FastAPI) instead of the FastAPI one."""
+    ``raw``: the plain ASGI echo (no FastAPI) instead of the FastAPI one; ``prefix`` and
+    ``ready_timeout`` as for ``Server``."""
 
-    def __init__(self, workers: int = 1, raw: bool = False, cpus: str | None = None):
+    def __init__(self, workers: int = 1, raw: bool = False, cpus: str | None = None,
+                 prefix: tuple[str, ...] = (), ready_timeout: float = 60):
         self.workers = workers
         self.raw = raw
         self.cpus = cpus
+        self.prefix = prefix
+        self.ready_timeout = ready_timeout
         self.port = free_port()
         self.process: subprocess.Popen | None = None
 
@@ -251,10 +264,10 @@ class EchoServer:
     def __enter__(self) -> EchoServer:
         command = [sys.executable, str(BENCH / "echo_app.py"), "--port", str(self.port), "--workers", str(self.workers)]
         self.process = subprocess.Popen(
-            pinned(command + (["--raw"] if self.raw else []), self.cpus),
+            pinned(command + (["--raw"] if self.raw else []), self.cpus, self.prefix),
             cwd=BENCH, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        wait_ready(self.process, f"http://127.0.0.1:{self.port}/readyz", 60, "the echo server")
+        wait_ready(self.process, f"http://127.0.0.1:{self.port}/readyz", self.ready_timeout, "the echo server")
         if self.workers > 1:
             time.sleep(2.0)
         return self
@@ -268,11 +281,14 @@ class EchoServer:
 
 
 def _children(pid: int) -> list[int]:
-    try:
-        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-    except OSError:
-        return []
-    return [int(p) for p in text.split()]
+    """The child processes of every thread of ``pid`` (a side process is started from a worker thread)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(p) for p in (task / "children").read_text().split()]
+        except OSError:  # the thread or process ended meanwhile
+            pass
+    return found
 
 
 def process_tree(pid: int) -> list[int]:

@@ -1,6 +1,7 @@
 """/calibrate throughput against two bare echo servers, MLServer and an in-app baseline (targets 1a-1d, 7, 32.1).
 
     .venv/bin/python benchmarks/calibrate_throughput.py [--runs 7] [--seconds 2] [--no-postgres] [--no-mlserver]
+        [--against PATH]
 
 Needs wrk (apt-get install -y wrk). Servers, each a process of its own, pinned
 together to one core (``split_cpus``), wrk to the other:
@@ -38,6 +39,15 @@ Each run measures every server back to back on the workload (their order
 rotating from run to run); figures are medians over runs, each ratio the
 median of the per-run ratios. p50 and p99 are wrk's. The same is repeated
 against PostgreSQL (the hot path never reads the database after warm-up).
+
+``--against PATH`` (the root of another calibd checkout, with its own .venv)
+serves that checkout's ``calibd serve`` too, with the same settings, calibrators
+and key, as one more server in every run's rotation: two codes measured in the
+same runs, so that the machine's load, which moves separate runs by 20-40%,
+moves both alike. It prints a comparison table per database (each code over the
+echoes, and this code over the other per run) and writes no results file: the
+run is a comparison, not this code's figures. ``--against .`` (this checkout
+against itself) shows how far apart two servers of the same code come out.
 """
 
 from __future__ import annotations
@@ -139,7 +149,8 @@ def agreement(calibd: Server, ml, payload: bytes) -> float:
 
 
 def measure(server: Server, echo: EchoServer, payloads: dict[str, bytes], runs: int, seconds: float,
-            connections: int, ml=None, numpy_path: Server | None = None, raw: EchoServer | None = None) -> dict:
+            connections: int, ml=None, numpy_path: Server | None = None, raw: EchoServer | None = None,
+            against: Server | None = None) -> dict:
     auth = server.headers["Authorization"]
     pids = {"calibd": server.serving_pids(), "echo": echo.serving_pids()}
     if raw is not None:
@@ -148,6 +159,8 @@ def measure(server: Server, echo: EchoServer, payloads: dict[str, bytes], runs: 
         pids["mlserver"] = [ml.process.pid]
     if numpy_path is not None:
         pids["numpy"] = numpy_path.serving_pids()
+    if against is not None:
+        pids["against"] = against.serving_pids()
     cpus = split_cpus([pid for group in pids.values() for pid in group])  # the servers on one core, wrk on the other
     if cpus:  # this process, which reads calibd's log lines as a log collector would, off the servers' core too
         os.sched_setaffinity(0, cpus)
@@ -157,6 +170,8 @@ def measure(server: Server, echo: EchoServer, payloads: dict[str, bytes], runs: 
         "baseline": (server.url + "/benchmark/calibrate-baseline", None, pids["calibd"]),
         "calibrate": (server.url + "/calibrate", None, pids["calibd"]),
     }
+    if against is not None:  # the other checkout's /calibrate, the same key; next to /calibrate in each run
+        targets["against"] = (against.url + "/calibrate", None, pids["against"])
     if ml is not None:
         targets["mlserver"] = (f"{ml.url}/v2/models/{MLSERVER_MODEL}/infer", "v2", pids["mlserver"])
     if numpy_path is not None:  # the same key: the benchmark gives both servers its own
@@ -203,6 +218,10 @@ def summarise(results: dict) -> dict[str, dict]:
                 ratios = [c.rate / o.rate for c, o in zip(cal, r[route])]
                 s[route]["ratios"] = ratios
                 s[route]["ratio"] = median(ratios)
+        if "against" in r:  # the other code over the echoes, per run, as /calibrate is above
+            for echo in ("echo", "raw"):
+                if echo in r:
+                    s["against"][f"over_{echo}"] = [a.rate / e.rate for a, e in zip(r["against"], r[echo])]
         summary[key] = s
     return summary
 
@@ -255,6 +274,37 @@ def table(summary: dict[str, dict]) -> list[str]:
     return lines
 
 
+#: The no-regression check of issue 29: this code over the bare echo at least this share of the other code's.
+NO_REGRESSION = 0.95
+
+
+def against_table(summary: dict[str, dict]) -> list[str]:
+    """This code against the other checkout (--against), measured in the same runs."""
+    def runs(values: list[float]) -> str:
+        return ", ".join(f"{v:.2f}" for v in values)
+
+    lines = [
+        "| workload | this code req/s | other code req/s | this / raw echo | other / raw echo "
+        "| **this / bare echo** (each run) | **other / bare echo** (each run) | this / other (each run) "
+        "| calibd CPU per request: this / other | no regression (this / other >= 0.95) |",
+        "|---|---:|---:|---:|---:|---|---|---|---:|---|",
+    ]
+    for key, label, _, _, _ in WORKLOADS:
+        s = summary[key]
+        this, other = s["echo"]["ratio"], median(s["against"]["over_echo"])
+        raw = (f"{s['raw']['ratio']:.3f} | {median(s['against']['over_raw']):.3f}" if "raw" in s else " | ")
+        # Within a run, (this / echo) / (other / echo) is this / other: its median over runs decides.
+        paired = s["against"]["ratio"]
+        verdict = "within 5%" if paired >= NO_REGRESSION else "**more than 5% below**"
+        lines.append(
+            f"| {label} | {fmt_rate(s['calibrate']['rate'])} | {fmt_rate(s['against']['rate'])} | {raw} "
+            f"| **{this:.3f}** ({runs(s['echo']['ratios'])}) | **{other:.3f}** ({runs(s['against']['over_echo'])}) "
+            f"| {s['against']['ratio']:.3f} ({runs(s['against']['ratios'])}) "
+            f"| {s['calibrate']['cpu'] * 1e6:.0f} / {s['against']['cpu'] * 1e6:.0f} us | {paired - 1:+.1%}: {verdict} |"
+        )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=7, help="runs per workload, each measuring every server (default 7)")
@@ -262,9 +312,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--connections", type=int, default=8, help="wrk connections (default 8)")
     parser.add_argument("--no-postgres", action="store_true", help="SQLite only")
     parser.add_argument("--no-mlserver", action="store_true", help="without MLServer (target 7 not measured)")
+    parser.add_argument("--against", type=Path, metavar="PATH",
+                        help="another calibd checkout (with its own .venv) to serve in the same runs; writes no results")
     args = parser.parse_args(argv)
     if not wrk_available():
         print(WRK_MISSING, file=sys.stderr)
+        return 2
+    other = args.against and str(args.against.resolve() / ".venv" / "bin" / "calibd")
+    if other and not os.access(other, os.X_OK):
+        print(f"no calibd at {other}", file=sys.stderr)
         return 2
 
     rng = np.random.default_rng(0)
@@ -278,6 +334,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{label}:", file=sys.stderr, flush=True)
         with ExitStack() as stack:
             url = stack.enter_context(postgres_schema()) if kind == "postgres" else None
+            against = None
+            if other:  # its own database (a schema of its own migrated by its own code), the same key
+                other_url = stack.enter_context(postgres_schema(other)) if kind == "postgres" else None
             server = stack.enter_context(Server(database_url=url))
             echo = stack.enter_context(EchoServer(workers=server.workers))
             raw = stack.enter_context(EchoServer(workers=server.workers, raw=True))
@@ -286,12 +345,15 @@ def main(argv: list[str] | None = None) -> int:
             if label == "SQLite":  # calibd on numpy alone: what the compiled kernels gain served
                 numpy_path = stack.enter_context(Server(env={"CALIBD_KERNELS": "0"}, key=server.key))
                 fit_calibrators(numpy_path, np.random.default_rng(1))
+            if other:
+                against = stack.enter_context(Server(database_url=other_url, key=server.key, calibd=other))
+                fit_calibrators(against, np.random.default_rng(1))
             ml = None
             if label == "SQLite" and not args.no_mlserver:
                 ml = stack.enter_context(mlserver(info[label]["holdout"]))
                 info[label]["agreement"] = agreement(server, ml, payloads[MLSERVER_WORKLOAD])
             summaries[label] = summarise(
-                measure(server, echo, payloads, args.runs, args.seconds, args.connections, ml, numpy_path, raw))
+                measure(server, echo, payloads, args.runs, args.seconds, args.connections, ml, numpy_path, raw, against))
 
     lines = [
         "## /calibrate throughput against two bare echo servers (targets 1a-1d, 7, 32.1a-d)",
@@ -315,6 +377,12 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for label in summaries:
         lines += [f"### {label}", "", *table(summaries[label]), ""]
+    if other:
+        for label in summaries:
+            lines += [f"### {label}: this code against {args.against} (`--against`, the same runs)", "",
+                      *against_table(summaries[label]), ""]
+        print("\n".join(lines))
+        return 0
     sqlite = summaries["SQLite"]
     targets = [
         Target(

@@ -21,6 +21,7 @@ OUT = BENCH / "RESULTS.md"
 #: Sections in this order; any other section file follows, alphabetically.
 ORDER = [
     "calibrate_throughput",
+    "calibrate_instructions",
     "calibrate_under_fit",
     "fit_times",
     "feedback_ingest",
@@ -29,6 +30,7 @@ ORDER = [
     "first_fit",
     "calibrate_profile",
     "hot_path_profile",
+    "layer_profile",
     "metrics",
     "metrics_reference",
     "multiclass",
@@ -36,6 +38,7 @@ ORDER = [
     "monitor_sim",
     "segment_drift",
     "label_delay",
+    "label_timing_cost",
     "angular",
     "bernstein",
     "selective",
@@ -43,6 +46,9 @@ ORDER = [
     "parquet_fit",
     "segments",
     "oip",
+    "streams_ingest",
+    "streams_ingest_cloudevents",
+    "transformer_latency",
 ]
 
 #: Every target of issue 8, so that one not yet measured still shows as a row.

@@ -31,14 +31,17 @@ OWN = {
     "calibrate_under_fit": ([], ["--pairs", "1", "--seconds", "5", "--fit-rows", "200000"]),
     "fit_times": ([], ["--runs", "1", "--n", "200000"]),
     "feedback_ingest": ([], ["--runs", "1", "--batches", "4"]),
+    "streams_ingest": ([], ["--runs", "1", "--batches", "2", "--pairs", "100"]),
     "calibrate_memory": ([], ["--requests", "3000", "--chunk-seconds", "1"]),
     "workers": ([], ["--runs", "1", "--seconds", "1"]),
     "first_fit": ([], ["--starts", "1"]),
     "calibrate_profile": ([], ["--requests", "200", "--no-py-spy"]),
     "hot_path_profile": ([], ["--workloads", "1b", "--seconds", "2"]),
+    "layer_profile": ([], ["--batches", "3", "--batch", "50"]),
     "parquet_fit": ([], ["--rows", "200000", "--runs", "1"]),
     "segments": ([], ["--quick"]),
     "oip": ([], ["--runs", "1", "--seconds", "1", "--latency-requests", "200", "--no-kserve"]),
+    "transformer_latency": ([], ["--pairs", "100", "--no-kserve"]),
 }
 #: The other benchmarks, at the sizes their issues ask for (K = 100 tables, 2,000 drift streams, five angular
 #: seeds); multiclass with fewer timing runs and seeds than its defaults.

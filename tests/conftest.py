@@ -121,7 +121,8 @@ class LiveServer:
 
 @pytest.fixture(scope="session")
 def server(database_url) -> Iterator[LiveServer]:
-    with LiveServer(Settings(database_url=database_url)) as live:
+    # Loopback predictors (tests/test_api_predictors.py) must be allowed: calibd allows none by default.
+    with LiveServer(Settings(database_url=database_url, predictor_allow="127.0.0.1")) as live:
         yield live
 
 
@@ -166,3 +167,19 @@ def row_counts(database_url) -> Iterator[RowCounter]:
 
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def stored_platt_version(sessions, name: str, **extra):
+    """A Platt calibrator (near the identity, fitted on 40 rows) stored as version 1 of ``name`` straight
+    through the repository, for tests that write below the API; ``extra``: more of ``create_version``'s
+    arguments (``labels``, say). Returns its VersionInfo."""
+    import numpy as np
+
+    from calibd.calibration.platt import PlattCalibrator
+    from calibd.storage import repository
+
+    model = PlattCalibrator().fit(np.linspace(0.05, 0.95, 40), np.r_[np.zeros(20), np.ones(20)].astype(int))
+    return repository.create_version(
+        sessions, name=name, method="platt", input_kind="probability", n_classes=2, classes=None,
+        parameters=model.to_dict(), summary={}, holdout_sha256="0" * 64, n_samples=40, fit_seconds=0.0, **extra,
+    )

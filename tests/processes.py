@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import time
+from pathlib import Path
 from collections.abc import Callable
 
 import httpx
@@ -45,3 +46,23 @@ def stop(process: subprocess.Popen | None, timeout: float = 20) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+def children(pid: int) -> list[int]:
+    """The live child processes of ``pid`` (Linux: /proc/<pid>/task/<tid>/children)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(child) for child in (task / "children").read_text().split()]
+        except OSError:  # the thread ended meanwhile
+            pass
+    return found
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its new parent to reap it does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")

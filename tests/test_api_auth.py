@@ -48,6 +48,7 @@ ROUTES = {
     "promote": ("POST", f"/calibrators/{NAME}/promote", {"version": 1}, "admin"),
     "calibrate": ("POST", "/calibrate", {"calibrator": NAME, "scores": [0.5]}, "calibrate"),
     "feedback": ("POST", "/feedback", {"calibrator": NAME, "probabilities": [0.5], "labels": [1]}, "feedback"),
+    "cloudevents": ("POST", "/cloudevents", {}, "feedback"),  # allowed, it is read: no ce-* headers, a 422
     "evaluate": ("POST", "/evaluate", {"probabilities": [0.2, 0.8], "labels": [0, 1]}, "read"),
     "report": ("GET", f"/calibrators/{NAME}/report", None, "read"),
     "job": ("GET", "/jobs/nosuchjob", None, "read"),
@@ -97,7 +98,7 @@ def expected_status(route: str, credential: str) -> int:
     if "admin" not in scopes and not set(needs.split("_or_")) & set(scopes):
         return 403
     return {"fit": 201, "feedback": 202, "keys-create": 201, "delete": 404, "keys-revoke": 404, "job": 404,
-            "import": 422}.get(route, 200)
+            "import": 422, "cloudevents": 422}.get(route, 200)
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +110,7 @@ def live(isolated_database_url):
     keys.revoke_key(sessions, revoked.key_id)
     issued["expired"] = keys.create_key(sessions, ["admin"], expires_at=utcnow() - timedelta(minutes=1))[0]
     issued["wrong"] = "calibd_deadbeef_not-a-real-secret"
-    with LiveServer(Settings(database_url=isolated_database_url)) as server:
+    with LiveServer(Settings(database_url=isolated_database_url, predictor_allow="127.0.0.1")) as server:
         with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {issued['admin']}"}, timeout=60) as http:
             assert http.post("/calibrators", json=ROUTES["fit"][2]).status_code == 201
         yield server, issued, sessions

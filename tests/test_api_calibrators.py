@@ -281,7 +281,7 @@ def test_a_large_json_body_fits_as_a_small_one_and_its_spool_is_removed(client, 
         assert time.monotonic() < deadline
         time.sleep(0.2)
     assert job["state"] == "succeeded" and job["result"]["version"] == 2
-    assert _spooled_files() == before
+    assert _spooled_files() - before == set()  # another process's spool files may come and go meanwhile
 
 
 def test_spool_json_body_spools_large_bodies_and_keeps_small_ones_in_memory():
@@ -313,9 +313,11 @@ def test_a_fit_answers_briefly_and_gives_the_whole_summary_when_asked(client, na
     assert created.status_code == 201, created.text
     brief = created.json()
     assert set(brief["summary"]) == {"before", "after", "fit", "timings"}
-    assert set(brief["summary"]["timings"]) == {"validate", "fit", "summary", "wait"}  # wait: for a fit worker
-    assert brief["summary"]["timings"]["wait"] >= 0
-    assert sum(brief["summary"]["timings"].values()) == pytest.approx(brief["fit_seconds"], rel=1e-9)
+    timings = brief["summary"]["timings"]
+    # parse: reading the body; wait: for a fit worker; cross_fit: the summary's 5 refits
+    assert set(timings) == {"parse", "validate", "fit", "cross_fit", "summary", "wait"}
+    assert all(v >= 0 for v in timings.values())
+    assert sum(timings.values()) == pytest.approx(brief["fit_seconds"], rel=1e-9)
     assert set(brief["summary"]["after"]) == {"ece", "brier", "log_loss"}
     assert set(brief["summary"]["fit"]) == {"a", "b"}
     assert brief["version"] == 1 and brief["method"] == "platt" and brief["n_samples"] == 14

@@ -14,7 +14,7 @@ from sqlalchemy import text
 from calibd.config import Settings
 from calibd.metrics import brier, ece, log_loss
 
-from .conftest import LiveServer
+from .conftest import LiveServer, stored_platt_version
 
 
 def fit(client, name, seed=0, **extra):
@@ -344,20 +344,14 @@ def test_concurrent_transactions_labelling_the_same_ids_in_opposite_orders_neith
     deadlocked on PostgreSQL's unique index) both commit, and each id is recorded once."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from calibd.calibration.platt import PlattCalibrator
     from calibd.services import feedback as service
     from calibd.storage import feedback as store
-    from calibd.storage import monitor_state, repository
     from calibd.storage.db import make_engine, make_sessionmaker
 
+    from calibd.storage import monitor_state
     engine = make_engine(database_url)
     sessions = make_sessionmaker(engine)
-    model = PlattCalibrator().fit(np.linspace(0.05, 0.95, 40), np.r_[np.zeros(20), np.ones(20)].astype(int))
-    info = repository.create_version(
-        sessions, name=f"orders-{np.random.default_rng().integers(1 << 40):x}", method="platt", input_kind="probability",
-        n_classes=2, classes=None, parameters=model.to_dict(), summary={}, holdout_sha256="0" * 64, n_samples=40,
-        fit_seconds=0.0,
-    )
+    info = stored_platt_version(sessions, f"orders-{np.random.default_rng().integers(1 << 40):x}")
     n = 2000
     p = np.linspace(0.1, 0.9, n)
 
@@ -373,7 +367,7 @@ def test_concurrent_transactions_labelling_the_same_ids_in_opposite_orders_neith
                 answers = list(pool.map(record, [ids, ids[::-1]]))
                 assert sum(a["count"] for a in answers) == n
                 assert sorted(answers[0]["duplicate_ids"] + answers[1]["duplicate_ids"]) == sorted(ids)
-        sums = monitor_state.window_sums(sessions, info.calibrator_id, info.version)
+        sums = monitor_state.read_version(sessions, info.calibrator_id, info.version).sums
         assert sums["last_10000"].count.sum() == 10_000 and sums["24h"].count.sum() == 12 * n
     finally:
         engine.dispose()

@@ -3,8 +3,10 @@ PUT, GET and DELETE /calibrators/{name}/predictor, its checks, its precedence ov
 CALIBD_PREDICTORS and the default, a change served by another process within a second, and the
 client's and the CLI's commands.
 
-Where a request goes is seen from outside: a predictor that is down answers 502 naming its URL.
-(Forwarding to a real model server: tests/test_oip_transformer.py.)
+Where a request goes is seen from calibd's log: a predictor that is down answers 502 with an error
+id, and the log line of that id names the URL (the caller is never told it). (Forwarding to a real
+model server: tests/test_oip_transformer.py; the allow-list and hostile predictors:
+tests/test_predictor_ssrf.py.)
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from calibd.client import AsyncClient, Client, InvalidInput, NotFound
 from calibd.config import PredictorSetting, Settings
 
 from .conftest import REPO, LiveServer
+from .predictor_errors import PredictorErrors
 from .test_api_feedback import fit
 
 REQUEST = {"inputs": [{"name": "input-0", "datatype": "FP64", "shape": [1, 2], "data": [0.5, 1.5]}]}
@@ -39,15 +42,26 @@ def down_ports():
         s.close()
 
 
+#: calibd's log lines about predictor failures, by error id (read while this module runs).
+LOGGED = PredictorErrors()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _logged():
+    with LOGGED:
+        yield
+
+
 def forwarded_to(http: httpx.Client, name: str) -> str | None:
-    """The upstream a /v2 infer request without scores went to (as its 502 names it), or None if
-    it was not forwarded (calibd asked for scores)."""
+    """The upstream a /v2 infer request without scores went to (as calibd's log names it under the
+    502's error id), or None if it was not forwarded (calibd asked for scores)."""
     response = http.post(f"/v2/models/{name}/infer", json=REQUEST)
     if response.status_code == 422:
         assert "scores" in response.json()["error"], response.text
         return None
     assert response.status_code == 502, response.text
-    return response.json()["error"]
+    assert response.json()["error"].startswith("the predictor could not be reached (error id "), response.text
+    return LOGGED.of(response).predictor
 
 
 def test_put_get_delete(client, name, down_ports):
@@ -152,7 +166,7 @@ def test_unknown_calibrator_bad_name_and_bad_body(client, name):
 def test_stored_then_calibd_predictors_then_the_default(database_url, down_ports):
     named, default, stored = (f"http://127.0.0.1:{port}" for port in down_ports)
     settings = Settings(
-        database_url=database_url, predictor_url=default, predictor_output="logits",
+        database_url=database_url, predictor_url=default, predictor_output="logits", predictor_allow="127.0.0.1",
         predictors={"named-one": PredictorSetting(url=named, model="m", output="proba")},
     )
     with LiveServer(settings) as live, httpx.Client(base_url=live.url, timeout=60) as http:
@@ -178,7 +192,7 @@ def test_stored_then_calibd_predictors_then_the_default(database_url, down_ports
 def test_a_change_reaches_another_process_within_a_second(server, database_url, name, down_ports):
     first, second = (f"http://127.0.0.1:{port}" for port in down_ports[:2])
     with (
-        LiveServer(Settings(database_url=database_url)) as other,
+        LiveServer(Settings(database_url=database_url, predictor_allow="127.0.0.1")) as other,
         httpx.Client(base_url=server.url, timeout=60) as a,
         httpx.Client(base_url=other.url, timeout=60) as b,
     ):

@@ -85,9 +85,13 @@ def test_each_segment_has_the_windows_of_its_own_rows_and_values_past_the_cap_po
         )
         assert found[key]["drift"]["alpha"] == pytest.approx(0.05 * mass, rel=1e-9)
         assert found[key]["drift"]["threshold"] == pytest.approx(np.log(1 / 0.05))
-    # Worst calibrated first.
-    eces = [s["windows"]["last_10000"]["ece"] for s in monitor["segments"]]
-    assert eces == sorted(eces, reverse=True)
+    # The strongest evidence of miscalibration first: each ECE over its noise, sqrt(brier / samples).
+    last = [s["windows"]["last_10000"] for s in monitor["segments"]]
+    sigmas = [w["ece"] / np.sqrt(w["brier"] / w["samples"]) for w in last]
+    assert sigmas == sorted(sigmas, reverse=True)
+    for segment, sigma, w in zip(monitor["segments"], sigmas, last):  # shown beside each, with its MDE
+        assert segment["evidence"]["sigma"] == pytest.approx(sigma, rel=1e-9)
+        assert segment["evidence"]["mde"] == pytest.approx(5 * np.sqrt(w["brier"] / w["samples"]), rel=1e-9)
     # The calibrator's own monitor is unchanged by segments.
     assert monitor["windows"]["last_10000"]["samples"] == 1200
 
@@ -185,3 +189,17 @@ def test_drift_in_one_segment_raises_that_segment_alarm_only(client, name):
     assert f'calibd_segment_drift_alarm{{calibrator="{name}",dimension="country",segment="br",version="1"}} 1.0' in metrics
     assert f'calibd_segment_drift_alarm{{calibrator="{name}",dimension="country",segment="us",version="1"}} 0.0' in metrics
     assert f'calibd_segment_samples{{calibrator="{name}",dimension="country",segment="fr",version="1",window="1h"}}' in metrics
+
+
+def test_monitor_ranks_segments_by_evidence_not_raw_ece():
+    """A 28-row segment with a large ECE on noise alone ranks below a large segment with a small, real error."""
+    from calibd.monitoring.evidence import rank_segments
+
+    small = {"samples": 28, "ece": 0.12, "brier": 0.2}  # sd = sqrt(0.2 / 28) = 0.0845: sigma 1.42
+    large = {"samples": 10_000, "ece": 0.02, "brier": 0.2}  # sd = 0.00447: sigma 4.47
+    empty = {"samples": 0, "ece": None, "brier": None}
+    ranked = rank_segments([{"segment": s, "windows": {"last_10000": w}} for s, w in (("small", small), ("empty", empty), ("large", large))])
+    assert [s["segment"] for s in ranked] == ["large", "small", "empty"]
+    assert ranked[0]["evidence"]["sigma"] == pytest.approx(0.02 / np.sqrt(0.2 / 10_000))
+    assert ranked[1]["evidence"]["mde"] == pytest.approx(5 * np.sqrt(0.2 / 28))
+    assert ranked[2]["evidence"] == {"window": "last_10000", "sigma": None, "mde": None}

@@ -22,18 +22,15 @@ APP = ROOT / "app"
 CONFIG = ROOT / ".importlinter"
 
 #: Files allowed above MAX_LINES: each is one calibration method's own module.
-METHOD_MODULES = {"calibration/angular.py", "calibration/bernstein.py", "calibration/selective.py"}
+METHOD_MODULES = {
+    "calibration/angular.py", "calibration/bernstein.py", "calibration/multicalibration.py", "calibration/selective.py",
+}
 MAX_LINES = 600
 KNOWN_LONG_FILES: set[str] = set()
 
-# Temporary, while the storage package is being untangled: delete each entry as its import goes.
-KNOWN_CIRCLES = [
-    {"calibd.storage.predictors", "calibd.storage.repository", "calibd.storage.segments"},
-]
-KNOWN_PRIVATE_IMPORTS = {
-    ("calibd.storage.predictors", "_bump_generation"),
-    ("calibd.storage.predictors", "_find"),
-}
+# Allowed exceptions to the two checks below: none today. An entry here needs a reason beside it.
+KNOWN_CIRCLES: list[set[str]] = []
+KNOWN_PRIVATE_IMPORTS: set[tuple[str, str]] = set()
 
 
 def lint_imports(config: Path, source_root: Path | None = None) -> subprocess.CompletedProcess:

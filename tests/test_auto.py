@@ -104,7 +104,7 @@ def test_fit_seconds_is_the_whole_time_and_names_its_parts():
     z, y = overconfident(800, 4, seed=6)
     result = fit_calibrator("auto", "logit", {"candidates": ["temperature", "vector"]}, z, y)
     timings = result.summary["timings"]
-    assert set(timings) == {"validate", "fit", "summary"}
+    assert set(timings) == {"validate", "fit", "cross_fit", "summary"}
     assert all(value > 0 for value in timings.values())
     assert sum(timings.values()) == pytest.approx(result.fit_seconds, rel=1e-9)
 

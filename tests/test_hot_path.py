@@ -15,14 +15,13 @@ import math
 import uuid
 from datetime import datetime, timedelta, timezone
 
-import httpx
 import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from calibd.api.bodies import float_array
 from calibd.api.logs import JsonFormatter, _utc_milliseconds, format_access, new_request_id, request_id
-from calibd.api.pending_metrics import PendingCounter, PendingHistogram
+from calibd.api.pending_metrics import PendingCounter, PendingCounters, PendingHistogram
 from calibd.calibration import kernels
 from calibd.calibration._logistic import fit_logistic
 from calibd.calibration._multiclass import as_logits, softmax
@@ -32,6 +31,8 @@ from calibd.calibration.isotonic import IsotonicCalibrator, _GridLookup, _pool_u
 from calibd.calibration.platt import PlattCalibrator
 from calibd.calibration.temperature import TemperatureCalibrator
 from calibd.storage.cache import estimate_nbytes
+
+from .conftest import stored_platt_version
 
 
 def _isotonic(rng, n, input="probability", rounded=None):
@@ -314,6 +315,11 @@ def test_pending_metrics_add_up_to_what_prometheus_client_counts():
     ours = PendingHistogram(Histogram("ours_seconds", "o", ["route"], buckets=buckets, registry=registry))
     reference_total = Counter("reference_total", "r", ["name"], registry=registry)
     ours_total = PendingCounter(Counter("ours_total", "o", ["name"], registry=registry))
+    # Two counters counted together (a request and its scores), as calibd counts /calibrate's.
+    reference_requests = Counter("reference_requests_total", "r", ["name"], registry=registry)
+    reference_scores = Counter("reference_scores_total", "r", ["name"], registry=registry)
+    ours_pair = PendingCounters(Counter("ours_requests_total", "o", ["name"], registry=registry),
+                                Counter("ours_scores_total", "o", ["name"], registry=registry))
     values = [*np.random.default_rng(3).exponential(0.01, 500), *buckets, 0.0, 11.0, 1e-9]
     for i, value in enumerate(values):
         route = ("/a", "/b")[i % 2]
@@ -321,17 +327,23 @@ def test_pending_metrics_add_up_to_what_prometheus_client_counts():
         ours.observe((route,), value)
         reference_total.labels(route).inc(i)
         ours_total.inc((route,), i)
+        reference_requests.labels(route).inc(1)
+        reference_scores.labels(route).inc(i % 3)  # zero scores too: the series appears, at 0
+        ours_pair.inc((route,), 1, i % 3)
         if i % 97 == 0:
             ours.flush()
             ours_total.flush()
+            ours_pair.flush()
 
     def samples(name: str) -> list[tuple]:
         return [(s.name.replace(name, ""), s.labels, s.value) for metric in registry.collect()
                 for s in metric.samples if s.name.startswith(name) and not s.name.endswith("_created")]
 
     assert samples("ours_seconds") != samples("reference_seconds")  # the last observations wait for a flush
+    assert samples("ours_requests_total") != samples("reference_requests_total")
     ours.flush()
     ours_total.flush()
+    ours_pair.flush()
     # Counts exact; the sums added in another order agree to rounding.
     exact = [(kind, labels, value) for kind, labels, value in samples("ours_seconds") if kind != "_sum"]
     assert exact == [(kind, labels, value) for kind, labels, value in samples("reference_seconds") if kind != "_sum"]
@@ -339,24 +351,22 @@ def test_pending_metrics_add_up_to_what_prometheus_client_counts():
     assert sums == pytest.approx([value for kind, _, value in samples("reference_seconds") if kind == "_sum"], rel=1e-12)
     assert len(sums) == 2 and len(exact) == 2 * (len(buckets) + 2)
     assert samples("ours_total") == samples("reference_total")
+    assert samples("ours_requests_total") == samples("reference_requests_total")
+    assert samples("ours_scores_total") == samples("reference_scores_total")
+    assert samples("ours_requests_total")[0][2] > 0
 
 
 # -- feedback rows by COPY -------------------------------------------------------------------------------
 def test_feedback_rows_round_trip(database_url):
     from calibd.services import feedback as service
     from calibd.storage import feedback as store
-    from calibd.storage import repository
     from calibd.storage.db import make_engine, make_sessionmaker, transaction
     from calibd.storage.models import FeedbackRow
     from sqlalchemy import select
 
     engine = make_engine(database_url)
     sessions = make_sessionmaker(engine)
-    model = PlattCalibrator().fit(np.linspace(0.05, 0.95, 40), np.r_[np.zeros(20), np.ones(20)].astype(int))
-    info = repository.create_version(
-        sessions, name=f"copy-{uuid.uuid4().hex[:12]}", method="platt", input_kind="probability", n_classes=2,
-        classes=None, parameters=model.to_dict(), summary={}, holdout_sha256="0" * 64, n_samples=40, fit_seconds=0.0,
-    )
+    info = stored_platt_version(sessions, f"copy-{uuid.uuid4().hex[:12]}")
     ids = ["plain", "tab\there", "back\\slash", "new\nline", "ünï", "quote'\"", "x" * 128]
     p = np.linspace(0.1, 0.9, len(ids)) + 1e-17
     scores = [0.1, [0.2, 0.3], None, 1e-300, {"a": 1}, 0.5, -2.0]

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from .conftest import migrated_database
+from .processes import children, running
 from .reliability.harness import CalibdProcess, fit_body, rows, wait_until
 
 SETTINGS = {"label_maturity_seconds": 0.3, "pending_label_sweep_seconds": 0.3, "fit_workers": 0}
@@ -51,13 +52,20 @@ def test_a_process_killed_while_labels_wait_for_maturity_loses_and_doubles_none(
                         assert answer.json()["late_ids"] == []
                         acknowledged.update(zip(ids[batch], labels[batch].tolist()))
 
+            # The maturity process starts at a maturity tick, which may come a moment after the first
+            # labels would (on SQLite its read takes the write lock the prediction log's writes hold).
+            wait_until(lambda: children(process.pid), 30, 0.05, "the maturity process to start")
             sender = threading.Thread(target=send_labels)
             sender.start()
             wait_until(lambda: len(acknowledged) >= n // 3, 60, 0.005, "a third of the labels acknowledged")
             killed.set()
+            helpers = children(process.pid)  # the maturity process (the calibrator has a window) and its kin
+            assert helpers
             process.kill()
             sender.join(timeout=60)
             assert not sender.is_alive()
+            # The maturity process ends with the killed one (within its watch's second): none lingers holding a batch.
+            wait_until(lambda: not any(running(pid) for pid in helpers), 30, 0.1, "the killed process's helpers to end")
             waiting = rows(url, "SELECT count(*) FROM feedback WHERE waiting")[0][0]
             assert waiting >= len(acknowledged)  # stored, none matured yet: the window has not passed
             process.start()

@@ -101,3 +101,23 @@ def test_bad_options_name_the_field():
     with pytest.raises(CalibrationInputError) as error:
         check_options({"depth": 1})
     assert error.value.field == "options.multicalibration.depth"
+
+
+def test_worst_ranks_by_sigma_and_mde_is_five_standard_deviations():
+    """``worst`` orders segments by sigma (not ECCE); each segment's mde is 5 x its ECCE's sd under calibration."""
+    rng = np.random.default_rng(3)
+    n = 4000
+    p = rng.uniform(0.05, 0.95, n)
+    tiny = np.zeros(n, dtype=bool)
+    tiny[:28] = True  # a 28-row value: a large ECCE on noise alone
+    big = rng.random(n) < 0.5
+    y = (rng.random(n) < np.where(big, np.clip(p + 0.05, 0, 1), p)).astype(float)
+    column = np.where(tiny, "tiny", np.where(big, "big", "rest")).astype(object)
+    result = multicalibration_error(p, y, None, {"c": column}, max_values=5)
+    sigmas = [s["sigma"] for s in result["worst"]]
+    assert sigmas == sorted(sigmas, reverse=True) and result["worst"][0]["sigma"] == result["mce_sigma"]
+    by_value = {s["values"].get("c"): s for s in result["segments"]}
+    rows = np.flatnonzero(tiny)
+    assert by_value["tiny"]["mde"] == pytest.approx(5 * np.sqrt(np.sum(p[rows] * (1 - p[rows]))) / rows.shape[0])
+    assert by_value["tiny"]["ecce"] > by_value["big"]["ecce"]  # raw ECCE would put the tiny value first
+    assert [s["values"].get("c") for s in result["worst"]].index("big") < [s["values"].get("c") for s in result["worst"]].index("tiny")

@@ -13,8 +13,13 @@ import pytest
 import uvicorn
 
 from calibd.api.inference.keepalive import Pool
+from calibd.predictor_urls import AllowList
 
 from .conftest import free_port
+
+#: The servers of these tests listen on loopback, which calibd allows only when told to.
+LOOPBACK = AllowList.parse("127.0.0.1")
+MAX_ANSWER = 64 * 1024 * 1024
 
 
 async def app(scope, receive, send):
@@ -54,7 +59,7 @@ def upstream():
 
 def test_connections_are_kept_bounded_and_sent_on_again_after_the_server_closes_them(upstream):
     async def run():
-        pool = Pool(limit=3, timeout=10)
+        pool = Pool(limit=3, timeout=10, allow=LOOPBACK, max_answer=MAX_ANSWER)
         answers = await asyncio.gather(*(pool.post(f"{upstream}/echo", f"body-{i}".encode()) for i in range(30)))
         await asyncio.sleep(1.5)  # past the server's keep-alive timeout: it closes the idle connections
         late = await pool.post(f"{upstream}/echo", b"late")
@@ -73,7 +78,7 @@ def test_connections_are_kept_bounded_and_sent_on_again_after_the_server_closes_
 
 def test_a_chunked_answer_is_read_whole_with_its_header_length(upstream):
     async def run():
-        pool = Pool(limit=2, timeout=10)
+        pool = Pool(limit=2, timeout=10, allow=LOOPBACK, max_answer=MAX_ANSWER)
         try:
             return await pool.post(f"{upstream}/chunked", b"xyz")
         finally:
@@ -87,7 +92,7 @@ def test_too_slow_is_a_timeout_and_down_is_an_os_error(upstream):
     held.bind(("127.0.0.1", 0))  # bound, not listening: connections are refused
 
     async def run():
-        pool = Pool(limit=2, timeout=0.5)
+        pool = Pool(limit=2, timeout=0.5, allow=LOOPBACK, max_answer=MAX_ANSWER)
         with pytest.raises(TimeoutError):
             await pool.post(f"{upstream}/slow", b"")
         with pytest.raises(OSError):

@@ -173,3 +173,26 @@ def test_binary_data_that_does_not_add_up_is_refused(client, models):
     response = client.post(path, content=header + good, headers={"Inference-Header-Content-Length": str(len(header))})
     assert response.status_code == 200
     assert response.json()["outputs"][0]["data"] == calibrate(client, models["binary"], np.array([0.25, 0.75]))["probabilities"]
+
+
+def test_a_boolean_is_a_malformed_tensor_in_every_shape_and_datatype(client, models):
+    """400, as the README says, naming the element: short flat FP64 lists (kept as lists for the
+    calibrators' fast path) included."""
+    path = f"/v2/models/{models['binary']}/infer"
+    for data, datatype, shape, at in (
+        ([0.5, True], "FP64", [2], "/1"),
+        ([0.5] * 300 + [True], "FP64", [301], "/300"),
+        ([0.5, True], "FP32", [2], "/1"),
+        ([[0.5, 0.5], [True, 0.5]], "FP64", [2, 2], "/1/0"),
+    ):
+        error = oip_post(client, path, {"inputs": [scores_input(data, datatype, shape=shape)]}, 400)
+        assert error["errors"][0]["pointer"] == "/inputs/0/data" + at, (datatype, shape, error)
+
+
+def test_data_together_with_binary_data_size_is_refused(client, models):
+    path = f"/v2/models/{models['binary']}/infer"
+    header = (b'{"inputs":[{"name":"scores","datatype":"FP64","shape":[2],"data":[0.1,0.2],'
+              b'"parameters":{"binary_data_size":16}}]}')
+    response = client.post(path, content=header + np.array([0.25, 0.75]).tobytes(),
+                           headers={"Inference-Header-Content-Length": str(len(header))})
+    assert response.status_code == 400 and response.json()["errors"][0]["pointer"] == "/inputs/0/data"

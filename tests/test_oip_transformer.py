@@ -21,6 +21,7 @@ from calibd.config import PredictorSetting, Settings
 
 from .conftest import LiveServer
 from .mlserver_env import MLServer
+from .predictor_errors import PredictorErrors
 from .oip_cases import assert_bit_identical, assert_feedback_joined, calibrate
 
 MODEL = "classifier"
@@ -76,7 +77,8 @@ def calibd(mlserver, silent_port, refusing_port, isolated_database_url):
         "slow": PredictorSetting(url=f"http://127.0.0.1:{silent_port}", model=MODEL),
     }
     settings = Settings(
-        database_url=isolated_database_url, predictor_url=mlserver.url, predictors=predictors, predictor_timeout_seconds=1.0
+        database_url=isolated_database_url, predictor_url=mlserver.url, predictors=predictors, predictor_timeout_seconds=1.0,
+        predictor_allow="127.0.0.1",
     )
     with LiveServer(settings) as live:
         yield live
@@ -192,20 +194,28 @@ def test_predictor_down_or_slow_is_502_or_504_and_calibd_stays_healthy(
     calibd, mlserver, fitted, client_for, refusing_port, silent_port
 ):
     body = {"inputs": [{"name": "input-0", "datatype": "FP64", "shape": [2, 4], "data": features(2, 7).ravel().tolist()}]}
-    down = client_for.post("/v2/models/down/infer", json=body)
-    assert down.status_code == 502 and "127.0.0.1" in down.json()["error"], down.text
-    slow = client_for.post("/v2/models/slow/infer", json=body)
-    assert slow.status_code == 504 and "did not answer in time" in slow.json()["error"], slow.text
-    assert client_for.post("/v2/models/no-such-model/infer", json=body).status_code == 404
-    bad = {"inputs": [{"name": "input-0", "datatype": "FP64", "shape": [2, 3], "data": [0.0] * 6}]}
-    refused = client_for.post(f"/v2/models/{MODEL}/infer", json=bad)
-    assert refused.status_code == 502 and mlserver.url in refused.json()["error"]
-    down = client_for.post("/v2/models/grpc-down/infer", json=body)
-    assert down.status_code == 502 and f"grpc://127.0.0.1:{refusing_port}" in down.json()["error"], down.text
-    slow = client_for.post("/v2/models/grpc-slow/infer", json=body)
-    assert slow.status_code == 504 and f"grpc://127.0.0.1:{silent_port}" in slow.json()["error"], slow.text
-    refused = client_for.post("/v2/models/stored-grpc/infer", json=bad)
-    assert refused.status_code == 502 and mlserver.grpc_url in refused.json()["error"], refused.text
+    with PredictorErrors() as logged:  # the caller gets a reason and an error id; the log, where and what
+        down = client_for.post("/v2/models/down/infer", json=body)
+        assert down.status_code == 502 and "could not be reached" in down.json()["error"], down.text
+        assert f"127.0.0.1:{refusing_port}" in logged.of(down).predictor
+        slow = client_for.post("/v2/models/slow/infer", json=body)
+        assert slow.status_code == 504 and "did not answer in time" in slow.json()["error"], slow.text
+        assert f"127.0.0.1:{silent_port}" in logged.of(slow).predictor
+        assert client_for.post("/v2/models/no-such-model/infer", json=body).status_code == 404
+        bad = {"inputs": [{"name": "input-0", "datatype": "FP64", "shape": [2, 3], "data": [0.0] * 6}]}
+        refused = client_for.post(f"/v2/models/{MODEL}/infer", json=bad)
+        assert refused.status_code == 502 and "the predictor answered HTTP 5" in refused.json()["error"], refused.text
+        record = logged.of(refused)  # MLServer's own error text is logged, not sent on
+        assert mlserver.url in record.predictor and record.detail, record.detail
+        down = client_for.post("/v2/models/grpc-down/infer", json=body)
+        assert down.status_code == 502, down.text
+        assert logged.of(down).predictor.startswith(f"grpc://127.0.0.1:{refusing_port}")
+        slow = client_for.post("/v2/models/grpc-slow/infer", json=body)
+        assert slow.status_code == 504, slow.text
+        assert logged.of(slow).predictor.startswith(f"grpc://127.0.0.1:{silent_port}")
+        refused = client_for.post("/v2/models/stored-grpc/infer", json=bad)
+        assert refused.status_code == 502 and "the predictor answered INTERNAL" in refused.json()["error"], refused.text
+        assert logged.of(refused).predictor.startswith(mlserver.grpc_url)
     assert client_for.get("/v2/health/live").status_code == 200
     assert client_for.get("/v2/health/ready").status_code == 200
     assert ask(calibd.url, features(3, 8), outputs=("probabilities",)).as_numpy("probabilities").shape == (3,)

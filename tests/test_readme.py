@@ -1,9 +1,9 @@
-"""The README's first hour, tried as a new user would.
+"""The README's quickstart and the documentation's tutorial (docs/tutorial.md), tried as a new user would.
 
 In a fresh folder laid out as the repository is after `make run` (its `.venv`, here a link to
 the environment these tests run in), with `.venv/bin` NOT on the PATH, `.venv/bin/calibd serve`
-runs as `make run` runs it; then the README's curl, Python client and command-line sections run
-as written, in that order. The one change made to them: the server listens on a free port, so
+runs as `make run` runs it; then the README's quickstart and the tutorial's curl, Python client
+and command-line sections run as written, in that order. The one change made to them: the server listens on a free port, so
 `localhost:8000` in the curl lines becomes that port, and CALIBD_URL (which the README
 documents) points the client and the CLI at it.
 """
@@ -24,12 +24,13 @@ import pytest
 from .conftest import REPO, free_port
 
 README = (REPO / "README.md").read_text()
+TUTORIAL = (REPO / "docs" / "tutorial.md").read_text()
 
 
-def section(title: str) -> str:
-    start = README.index(f"\n## {title}\n")
-    end = README.find("\n## ", start + 1)
-    return README[start : end if end != -1 else None]
+def section(title: str, text: str = TUTORIAL) -> str:
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else None]
 
 
 def blocks(text: str, language: str) -> list[str]:
@@ -70,6 +71,18 @@ def first_hour(tmp_path_factory):
 
 def bash(script: str, home: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", "-c", script], cwd=home, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_the_readme_quickstart_runs_as_written(first_hour):
+    home, env, port = first_hour
+    scripts = blocks(section("Quickstart", README), "sh")
+    assert len(scripts) == 1
+    result = bash("set -euo pipefail\n" + scripts[0].replace("localhost:8000", f"localhost:{port}"), home, env)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0 and "urn:calibd:problem" not in output, output
+    assert '"probabilities"' in output, output
+    monitor = httpx.get(f"http://127.0.0.1:{port}/calibrators/quickstart/monitor").json()
+    assert monitor["version"] == 1 and monitor["windows"]["last_10000"]["samples"] == 2, monitor
 
 
 def test_the_curl_section_runs_as_written(first_hour):

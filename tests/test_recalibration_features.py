@@ -262,7 +262,7 @@ def test_feedback_features_for_a_version_without_features_are_refused(client, ro
 
 
 def test_the_columns_a_refit_takes():
-    from calibd.api.recalibration import feature_columns, fitted_features
+    from calibd.services.recalibration import feature_columns, fitted_features
 
     z, y, features = world(3000, 6)
     multicalibration = get_method("multicalibration").from_options("logit", {"max_rounds": 1})

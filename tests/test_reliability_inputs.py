@@ -144,3 +144,58 @@ def test_every_error_is_documented_as_a_problem(client):
                 assert {"401", "403", "503"} <= set(responses), (method, path)
             if "requestBody" in operation:
                 assert {"400", "413", "415", "422"} <= set(responses), (method, path)
+
+
+def _duplicate_parquet(columns: list[str]) -> bytes:
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_arrays([pa.array([0, 1, 1]), pa.array([0.2, 0.7, 0.9]), pa.array([0.3, 0.6, 0.8])], names=columns)
+    sink = io.BytesIO()
+    pq.write_table(table, sink)
+    return sink.getvalue()
+
+
+def test_a_parquet_file_with_a_duplicate_column_is_named_without_pyarrow_internals(client, fitted, row_counts):
+    before = row_counts()
+    for path, fields, columns in (
+        ("/calibrators", {"name": "dupes", "method": "platt"}, ["label", "score", "score"]),
+        ("/feedback", {"calibrator": fitted}, ["label", "probability", "probability"]),
+    ):
+        response = client.post(path, data=fields, files={"file": ("t.parquet", _duplicate_parquet(columns))})
+        problem = assert_problem(response, 422)
+        assert problem["errors"][0]["pointer"] == f"/file/{columns[1]}" and "appears twice" in problem["detail"]
+        assert "__" not in response.text
+    assert row_counts() == before
+
+
+def test_csv_takes_quoted_numbers_and_names_the_line_of_a_bad_one(client, name):
+    rows = [(1, 0.9), (0, 0.2), (1, 0.8), (0, 0.1), (1, 0.6), (0, 0.4), (1, 0.7), (0, 0.3), (1, 0.55), (0, 0.45), (0, 0.65), (1, 0.35)]
+    quoted = b'"label","score"\n' + b"".join(
+        (b'"%d","%g"\n' if i % 3 == 0 else b'%d,"%g"\n' if i % 3 == 1 else b"%d,%g\n") % row for i, row in enumerate(rows)
+    )
+    fitted = client.post("/calibrators", data={"name": name, "method": "platt"}, files={"file": ("h.csv", quoted)})
+    assert fitted.status_code == 201, fitted.text
+    plain = client.post("/calibrators", data={"name": name, "method": "platt"},
+                        files={"file": ("h.csv", quoted.replace(b'"', b""))})
+    for part in ("before", "after"):  # the same numbers, quoted or not
+        assert plain.json()["summary"][part] == fitted.json()["summary"][part]
+    bad = client.post("/calibrators", data={"name": name, "method": "platt"},
+                      files={"file": ("h.csv", b"label,score\n1,0.9\n0,0.5_0\n")})
+    assert "line 3, column score: '0.5_0' is not a number" in assert_problem(bad, 422)["detail"]
+
+
+def test_a_calibrator_watches_at_most_16_segment_dimensions(client, fitted, row_counts):
+    """The documented limit: 1 to 16 dimensions, for PUT /segments and for a fit's "segments"."""
+    sixteen = [f"d{i}" for i in range(16)]
+    assert client.put(f"/calibrators/{fitted}/segments", json={"dimensions": sixteen}).status_code == 200
+    before = row_counts()
+    problem = assert_problem(client.put(f"/calibrators/{fitted}/segments", json={"dimensions": [*sixteen, "d16"]}), 422)
+    assert problem["errors"][0]["pointer"].endswith("/dimensions") and "1 to 16" in problem["detail"]
+    body = fit_body("seventeen") | {"segments": {"dimensions": [*sixteen, "d16"]}}
+    problem = assert_problem(client.post("/calibrators", json=body), 422)
+    assert problem["errors"][0]["pointer"] == "/segments/dimensions" and "1 to 16" in problem["detail"]
+    assert row_counts() == before
+    assert client.get(f"/calibrators/{fitted}/segments").json()["declared"]["dimensions"] == sixteen

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from calibd.workers.spool import SPOOL_MIN_BYTES, new_spool, release_spool, sweep_spool
 
+from .processes import children, running
 from .reliability.harness import CalibdProcess
 
 
@@ -29,26 +30,6 @@ def wait_for(condition, timeout: float = 30.0) -> None:
 
 def spools(folder: Path) -> list[Path]:
     return sorted(folder.glob("calibd-fit-*"))
-
-
-def children(pid: int) -> list[int]:
-    """The live child processes of ``pid`` (Linux: /proc/<pid>/task/<tid>/children)."""
-    found = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            found += [int(child) for child in (task / "children").read_text().split()]
-        except OSError:  # the thread ended meanwhile
-            pass
-    return found
-
-
-def running(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie waiting for its new parent to reap it does not)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
 
 
 def test_a_killed_process_spool_file_is_removed_at_the_next_start(fresh_database, tmp_path):

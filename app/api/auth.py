@@ -13,7 +13,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from ..storage.keys import KeyInfo, KeyRing
 from .problems import Problem
-from .state import services
+from .state import services_of
 
 bearer = HTTPBearer(auto_error=False, description="an API key: calibd keys create --scope ...")
 
@@ -31,7 +31,7 @@ def require(*scopes: str):
     """A dependency that lets the request through if its key holds one of ``scopes`` (or admin)."""
 
     async def check(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> KeyInfo | None:
-        return authorize(services(request).keyring, None if credentials is None else credentials.credentials, scopes)
+        return authorize(services_of(request).keyring, None if credentials is None else credentials.credentials, scopes)
 
     check.__name__ = "require_" + "_or_".join(scopes)
     return Depends(check)

@@ -28,6 +28,7 @@ from .bodies import BodyTooLarge, parse_json_object, require_json
 from .logs import access_line, new_request_id, request_id, valid_request_id
 from .observability import observe_duration
 from .problems import Problem, is_oip, problem_response
+from ..services.container import Services
 
 #: An endpoint served without FastAPI's machinery: an ASGI app.
 AsgiEndpoint = Callable[[Scope, Receive, Send], Awaitable[None]]
@@ -225,7 +226,7 @@ class EdgeFirst(FastAPI):
 
 
 # -- what the ASGI endpoints share ---------------------------------------------------------------
-async def json_request(scope: Scope, receive: Receive, app: Any, key_scope: str) -> tuple[dict, bytes]:
+async def json_request(scope: Scope, receive: Receive, services: Services, key_scope: str) -> tuple[dict, bytes]:
     """The request's JSON object and body, once its key holds ``key_scope`` and its Content-Type is JSON.
 
     The checks of a FastAPI route with ``require(key_scope)`` that reads its
@@ -240,9 +241,10 @@ async def json_request(scope: Scope, receive: Receive, app: Any, key_scope: str)
             authorization = value.decode("latin-1")
         elif key == b"content-type":
             content_type = value.decode("latin-1")
-    authorize(app.keyring, bearer_token(authorization), (key_scope,))
-    require_json({"content-type": content_type or ""})
-    body = await read_body(receive, app.settings.max_body_bytes)
+    authorize(services.keyring, bearer_token(authorization), (key_scope,))
+    if content_type != "application/json":  # the usual one needs no parsing
+        require_json({"content-type": content_type or ""})
+    body = await read_body(receive, services.settings.max_body_bytes)
     return parse_json_object(body, check_nesting=False), body
 
 

@@ -15,7 +15,7 @@ from ..storage.keys import KeyInfo, KeyNotFound
 from ..storage.models import utcnow
 from .auth import REQUIRE_ADMIN
 from .problems import Problem
-from .state import services
+from .state import services_of
 from .validation import json_response, read_json, request_body
 
 router = APIRouter(tags=["keys"])
@@ -65,16 +65,16 @@ def key_out(info: KeyInfo) -> dict:
 )
 async def create_key(request: Request) -> Response:
     body = await read_json(request, KeyRequest)
-    app = services(request)
+    services = services_of(request)
     expires = utcnow() + timedelta(days=body.expires_in_days) if body.expires_in_days else None
-    key, info = await run_in_threadpool(keys.create_key, app.sessions, list(body.scopes), expires, body.description)
-    app.keyring.note(info, keys.KeyRing.digest(key))
+    key, info = await run_in_threadpool(keys.create_key, services.sessions, list(body.scopes), expires, body.description)
+    services.keyring.note(info, keys.KeyRing.digest(key))
     return json_response(key_out(info) | {"key": key}, 201)
 
 
 @router.get("/keys", summary="List API keys (never the keys themselves)", dependencies=[REQUIRE_ADMIN], response_model=list[KeyOut])
 async def list_keys(request: Request) -> Response:
-    infos = await run_in_threadpool(keys.list_keys, services(request).sessions)
+    infos = await run_in_threadpool(keys.list_keys, services_of(request).sessions)
     return json_response([key_out(info) for info in infos])
 
 
@@ -82,10 +82,10 @@ async def list_keys(request: Request) -> Response:
     "/keys/{key_id}", summary="Revoke an API key", dependencies=[REQUIRE_ADMIN], response_model=KeyOut, responses={404: {}}
 )
 async def revoke_key(request: Request, key_id: Annotated[str, Path(max_length=16)]) -> Response:
-    app = services(request)
+    services = services_of(request)
     try:
-        info = await run_in_threadpool(keys.revoke_key, app.sessions, key_id)
+        info = await run_in_threadpool(keys.revoke_key, services.sessions, key_id)
     except KeyNotFound:
         raise Problem(404, f"no API key with id {key_id!r}") from None
-    app.keyring.note(info)
+    services.keyring.note(info)
     return json_response(key_out(info))

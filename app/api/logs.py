@@ -212,9 +212,12 @@ def new_request_id() -> str:
     """A version 4 UUID's hex (RFC 4122 variant), as ``uuid.uuid4().hex`` gives, from ``random``'s
     generator (seeded from the system's, and again in a forked child): a request id names a
     request in the logs, it guards nothing, and ``os.urandom`` was a system call a request."""
-    value = _random_bits(128)
-    value = (value & ~(0xF000 << 64) | (4 << 76)) & ~(0xC000 << 48) | (0x8000 << 48)
-    return f"{value:032x}"
+    return f"{_random_bits(128) & _UUID4_KEEP | _UUID4_SET:032x}"
+
+
+#: The bits of a version 4 UUID that are not random: version 4 (bits 76-79), variant 10 (bits 62-63).
+_UUID4_KEEP = ~((0xF << 76) | (0x3 << 62)) & ((1 << 128) - 1)
+_UUID4_SET = (4 << 76) | (0x2 << 62)
 
 
 _random_bits = random.getrandbits

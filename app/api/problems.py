@@ -9,19 +9,28 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from http import HTTPStatus
 from typing import Any
 
 import orjson
 import sqlalchemy.exc
+import sqlalchemy.orm.exc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from ..calibration import CalibrationInputError
+from ..services.errors import FitFailed
+from ..storage.db import storage_fault
 from ..storage.repository import InvalidCursor, NoCurrentVersion, NotFound
 from .logs import request_id
+
+try:
+    import psycopg
+except ImportError:  # a SQLite-only install
+    psycopg = None
 
 logger = logging.getLogger("calibd")
 
@@ -40,6 +49,7 @@ TYPES = {
     502: "bad-gateway",
     503: "unavailable",
     504: "gateway-timeout",
+    507: "insufficient-storage",
 }
 
 
@@ -151,8 +161,23 @@ DESCRIPTIONS = {
     413: "The body exceeds CALIBD_MAX_BODY_BYTES (refused before it is read)",
     415: "Wrong Content-Type",
     422: "Invalid values: errors point into the request",
-    503: "The database is unavailable, or a fit ran past its time limit; retry (see Retry-After)",
+    503: "The database is unavailable (retry, see Retry-After) or read-only, or a fit ran past its time limit",
+    507: "The database has no space left; nothing was recorded",
 }
+
+
+#: What a client is told when the database cannot take writes: retrying will not help.
+STORAGE_FAULTS = {
+    "full": (507, "the database has no space left (disk full); nothing was recorded until an operator frees space"),
+    "read-only": (503, "the database is read-only (a standby, or its files are not writable); nothing was recorded"),
+}
+
+
+def note_storage_fault(request: Request, fault: str) -> None:
+    """Remember the fault for /readyz (which then answers not ready for a while)."""
+    state = getattr(request.app.state, "services", None)
+    if state is not None:
+        state.storage_fault = (fault, time.monotonic())
 
 
 def document_problems(schema: dict[str, Any]) -> dict[str, Any]:
@@ -227,6 +252,11 @@ def install(app: FastAPI) -> None:
     async def on_problem(request: Request, exc: Problem) -> Response:
         return problem_response(exc.status, exc.detail, exc.errors, exc.headers, is_oip(request.scope))
 
+    @app.exception_handler(FitFailed)
+    async def on_fit_failed(request: Request, exc: FitFailed) -> Response:
+        headers = None if exc.retry_after is None else {"Retry-After": str(exc.retry_after)}
+        return problem_response(exc.status, exc.detail, exc.errors, headers, is_oip(request.scope))
+
     @app.exception_handler(RequestValidationError)
     async def on_validation(request: Request, exc: RequestValidationError) -> Response:
         errors = []
@@ -269,15 +299,35 @@ def install(app: FastAPI) -> None:
         detail = "a value in the request cannot be stored or looked up (a NUL character, or a number out of range)"
         return problem_response(422, detail, oip=is_oip(request.scope))
 
+    @app.exception_handler(sqlalchemy.exc.IntegrityError)
+    @app.exception_handler(sqlalchemy.orm.exc.StaleDataError)
+    async def on_concurrent_change(request: Request, exc: Exception) -> Response:
+        # A row this request wrote to, or referred to, went away meanwhile: the calibrator was
+        # deleted (or changed) by a concurrent request. Nothing of this request was kept.
+        logger.warning("concurrent change on %s %s: %s", request.method, request.url.path, exc)
+        detail = "the calibrator was deleted or changed by a concurrent request; nothing was recorded"
+        return problem_response(409, detail, oip=is_oip(request.scope))
+
     @app.exception_handler(sqlalchemy.exc.OperationalError)
+    @app.exception_handler(sqlalchemy.exc.InternalError)
     @app.exception_handler(sqlalchemy.exc.InterfaceError)
     @app.exception_handler(sqlalchemy.exc.TimeoutError)
     async def on_database_unavailable(request: Request, exc: Exception) -> Response:
+        fault = storage_fault(exc)
+        if fault is not None:
+            logger.error("database cannot take writes (%s) on %s %s: %s", fault, request.method, request.url.path, exc)
+            note_storage_fault(request, fault)
+            return problem_response(*STORAGE_FAULTS[fault], oip=is_oip(request.scope))
+        if isinstance(exc, sqlalchemy.exc.InternalError) or not isinstance(exc, sqlalchemy.exc.SQLAlchemyError):
+            return await on_unexpected(request, exc)
         logger.warning("database unavailable on %s %s: %s", request.method, request.url.path, exc)
         return problem_response(
             503, "the database is unavailable; nothing was recorded, retry shortly", headers={"Retry-After": "5"},
             oip=is_oip(request.scope),
         )
+
+    if psycopg is not None:  # PostgreSQL's COPY runs on the driver's connection: its errors come unwrapped
+        app.exception_handler(psycopg.Error)(on_database_unavailable)
 
     @app.exception_handler(Exception)
     async def on_unexpected(request: Request, exc: Exception) -> Response:

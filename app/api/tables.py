@@ -30,6 +30,7 @@ from starlette.datastructures import UploadFile
 
 from ..calibration import CalibrationInputError
 from .bodies import media_type
+from .limits import RowBudget, check_ipc_stream, check_parquet
 from .problems import Problem, pointer
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
@@ -45,11 +46,18 @@ def is_parquet(head: bytes) -> bool:
     return head[:4] == PARQUET_MAGIC
 
 
-def read_table(source: str | bytes, kind: str, where: tuple[str, ...]) -> pa.Table:
-    """A Parquet file or Arrow IPC stream, from a path (memory-mapped) or bytes."""
+def read_table(source: str | bytes, kind: str, where: tuple[str, ...], budget: RowBudget | None = None) -> pa.Table:
+    """A Parquet file or Arrow IPC stream, from a path (memory-mapped) or bytes; with a ``budget``,
+    its rows and decompressed size are checked against it first, from the file's metadata."""
     try:
         if kind == "parquet":
-            return pq.read_table(source if isinstance(source, str) else pa.BufferReader(source), memory_map=True)
+            file = pq.ParquetFile(source if isinstance(source, str) else pa.BufferReader(source), memory_map=True)
+            if budget is not None:
+                check_parquet(file, budget, where)
+            # The file's own reader, not pyarrow.dataset's: its errors name the file's columns.
+            return file.read()
+        if budget is not None:
+            check_ipc_stream(source, budget.rows, budget.decoded_bytes, budget.setting, where)
         stream = pa.memory_map(source) if isinstance(source, str) else pa.BufferReader(source)
         return pa.ipc.open_stream(stream).read_all()
     except (pa.ArrowException, OSError) as error:
@@ -195,12 +203,17 @@ class TableShape:
         return _column_error(self.where, column, error.detail, index[0] if index else None)
 
 
-def holdout_from_table(table: pa.Table, where: tuple[str, ...] = ()) -> tuple[dict[str, Any], TableShape]:
-    """The holdout arrays of a table (``scores``, ``labels``, ``sample_weight``, extra arrays)."""
+def _unique_names(table: pa.Table, where: tuple[str, ...]) -> list[str]:
     names = table.column_names
     if len(set(names)) != len(names):
         duplicate = next(n for n in names if names.count(n) > 1)
         raise _column_error(where, duplicate, "appears twice")
+    return names
+
+
+def holdout_from_table(table: pa.Table, where: tuple[str, ...] = ()) -> tuple[dict[str, Any], TableShape]:
+    """The holdout arrays of a table (``scores``, ``labels``, ``sample_weight``, extra arrays)."""
+    names = _unique_names(table, where)
     if table.num_rows == 0:
         raise Problem.invalid(pointer(*where), "the table has no rows")
     shape = TableShape(where)
@@ -233,7 +246,7 @@ def holdout_from_table(table: pa.Table, where: tuple[str, ...] = ()) -> tuple[di
 def feedback_from_table(table: pa.Table, where: tuple[str, ...] = ()) -> tuple[dict[str, Any], TableShape]:
     """The arrays of a feedback table, by the JSON body's names (``ids``, ``labels``,
     ``probabilities``, ``accepted``, ``scores``, ``features``, ``segments``)."""
-    names = table.column_names
+    names = _unique_names(table, where)
     shape = TableShape(where)
     named = {field: _named_columns(table, prefix, shape) for prefix, field in _NAMED_FIELDS.items()}
     groups, single = _grouped(_unnamed(names), where)
@@ -268,14 +281,14 @@ def feedback_from_table(table: pa.Table, where: tuple[str, ...] = ()) -> tuple[d
     return out, shape
 
 
-async def read_table_request(request: Any) -> tuple[dict[str, str], pa.Table, tuple[str, ...]] | None:
+async def read_table_request(request: Any, budget: RowBudget) -> tuple[dict[str, str], pa.Table, tuple[str, ...]] | None:
     """A table sent whole (not to a fit worker): an Arrow IPC stream with its fields as query
     parameters, or a multipart upload of a Parquet file with its fields beside it; None for
     any other body. Returns (fields, table, where the table's columns sit in the request)."""
     kind = media_type(request.headers)
     if kind == ARROW_STREAM:
         body = await request.body()
-        return dict(request.query_params), await run_in_threadpool(read_table, body, "arrow", ()), ()
+        return dict(request.query_params), await run_in_threadpool(read_table, body, "arrow", (), budget), ()
     if kind == "multipart/form-data":
         async with request.form(max_files=1, max_fields=16) as form:
             fields = {key: value for key, value in form.items() if not isinstance(value, UploadFile)}
@@ -283,7 +296,7 @@ async def read_table_request(request: Any) -> tuple[dict[str, str], pa.Table, tu
             if not isinstance(upload, UploadFile):
                 raise Problem.invalid("/file", "a Parquet file is required in the 'file' field")
             content = await upload.read()
-        return fields, await run_in_threadpool(read_table, content, "parquet", ("file",)), ("file",)
+        return fields, await run_in_threadpool(read_table, content, "parquet", ("file",), budget), ("file",)
     return None
 
 

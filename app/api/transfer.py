@@ -30,12 +30,12 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from ..calibration import CalibrationInputError, Calibrator, from_dict
+from ..services.fitting import version_out
 from ..storage import repository
 from .auth import REQUIRE_ADMIN
-from .calibrators.versions import version_out
 from .calibrators.schemas import VersionOut
 from .problems import Problem, input_error
-from .state import services
+from .state import services_of
 from .validation import NamePath, json_response, read_json, request_body
 
 router = APIRouter(tags=["calibrators"])
@@ -155,10 +155,10 @@ async def import_calibrator(
     }
     summary = dict(export.summary)
     summary["imported"] = provenance
-    app = services(request)
+    services = services_of(request)
     info = await run_in_threadpool(
         lambda: repository.create_version(
-            app.sessions,
+            services.sessions,
             name=name,
             method=export.method,
             input_kind=export.input,
@@ -172,7 +172,7 @@ async def import_calibrator(
             promote=promote,
         )
     )
-    app.store.stored(info)
+    services.store.stored(info)
     location = f"/calibrators/{info.name}/versions/{info.version}"
     return json_response(version_out(info) | {"imported": provenance}, 201, headers={"Location": location})
 

@@ -9,6 +9,8 @@ from fastapi import Path, Request
 from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
 
+from ..services.errors import InvalidRequest
+from ..services.feedback import MAX_ID_LENGTH, check_id_strings  # noqa: F401 (MAX_ID_LENGTH: the schemas import it from here)
 from .bodies import parse_json_object, require_json
 from .problems import Problem, pointer
 
@@ -18,16 +20,14 @@ NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 #: The largest version number: versions are 32-bit integers in the database.
 MAX_VERSION = 2**31 - 1
 #: The longest prediction id (/calibrate's and /feedback's ``ids``, the inference protocol's).
-MAX_ID_LENGTH = 128
-
-
 def check_ids(ids: Any, at: str = "/ids") -> None:
     """Prediction ids: a list of non-empty strings of at most MAX_ID_LENGTH characters, without NUL."""
     if not isinstance(ids, list):
         raise Problem.invalid(at, "must be a list of strings")
-    for position, value in enumerate(ids):
-        if not isinstance(value, str) or not 0 < len(value) <= MAX_ID_LENGTH or "\x00" in value:
-            raise Problem.invalid(f"{at}/{position}", f"ids are non-empty strings of at most {MAX_ID_LENGTH} characters, without NUL")
+    try:
+        check_id_strings(ids, at)
+    except InvalidRequest as error:
+        raise Problem.invalid(error.pointer, error.detail) from None
 
 #: The path parameters of /calibrators/{name}/...: every resource of a calibrator takes them.
 NamePath = Annotated[str, Path(pattern=NAME_PATTERN)]

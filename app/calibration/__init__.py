@@ -1,8 +1,10 @@
 """Calibration methods: pure numpy/scipy, one module each, registered by name.
 
     >>> from calibd.calibration import get_method
+    >>> scores, labels = [0.1, 0.3, 0.4, 0.6, 0.7, 0.9] * 2, [0, 0, 1, 0, 1, 1] * 2
     >>> calibrator = get_method("platt")(input="probability").fit(scores, labels)
-    >>> calibrator.predict(new_scores)
+    >>> calibrator.predict([0.2, 0.8]).round(2)
+    array([0.11, 0.89])
 """
 
 from ..inputs import CalibrationInputError

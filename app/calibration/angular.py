@@ -346,17 +346,23 @@ ANGULAR_FITTING_CHECKS = (
 
 
 class AngularCalibrator(Calibrator):
-    """Angular calibration (Li & Sur): the exact conditional probability of y given u = w_hat'x
-    under a Gaussian design, with the angle between w_hat and w* estimated from the training data.
+    """Angular calibration: f(u) = E_Z[F(a (cos(theta) u / ||w_hat||_Sigma + sin(theta) Z) + b)].
+
+    The exact P(y = 1 | u = w_hat'x) for x ~ N(0, Sigma) and labels P(y = 1 | x) = F(a w*'x + b),
+    the mean over Z ~ N(0, 1) by Gauss-Hermite quadrature (closed form for probit). theta, the
+    angle between w* and w_hat in the Sigma geometry, is estimated from the training data (its
+    magnitude, eq. 11) and the holdout (its sign, eq. 12). ``fit`` takes, beside the holdout's
+    logits and labels, the training design ``X``, labels ``y`` and weights ``w_hat``, and
+    ``Sigma`` or ``X_unlabeled`` to estimate it.
 
     Parameters
     ----------
     input : {"logit"}, default="logit"
         Scores are the linear classifier's logits u = w_hat'x.
-    ridge : float
+    ridge : float, default=None
         The ridge penalty lambda w_hat was trained with, in the convention lambda / (2d) ||w||^2
         beside the mean loss (scikit-learn: ``LogisticRegression(C=d / (n lambda),
-        fit_intercept=False)``). Required, > 0; the option is also accepted as ``lambda``.
+        fit_intercept=False)``). Required, > 0; the service's option is named ``lambda``.
     loss : {"logistic"}, default="logistic"
         The training loss.
     link : dict or str, default=None
@@ -366,11 +372,11 @@ class AngularCalibrator(Calibrator):
         Gauss-Hermite nodes for the logistic link (2 to 200).
     max_dimension : int, default=5000
         The largest d accepted (at most 20000): the fit factorises d x d matrices.
-    sign_estimator : {"centered", "paper"}, default="centered"
-        The sign of <w*, w_hat>: sign(sum u_i (y_i - mean y)), or eq. (12) as printed.
     stationarity_tol : float or None, default=0.1
         How far from the ridge objective's minimiser w_hat may be (relative gradient norm);
         None skips the check.
+    sign_estimator : {"centered", "paper"}, default="centered"
+        The sign of <w*, w_hat>: sign(sum u_i (y_i - mean y)), or eq. (12) as printed.
 
     Attributes
     ----------
@@ -382,6 +388,11 @@ class AngularCalibrator(Calibrator):
         The estimated sign of <w*, w_hat>_Sigma.
     inner_product_, inner_product_squared_ : float
         The estimates of <w*, w_hat>_Sigma and its square (eq. 11).
+    sign_statistic_ : float
+        The holdout statistic whose sign is ``sign_`` (a weighted mean of u (y - mean y), or
+        of u y for ``sign_estimator="paper"``).
+    sign_margin_ : float
+        That statistic over its standard error: how clearly the holdout decides the sign.
     diagnostics_ : dict
         What the fit measured (gamma, stationarity, clipping).
 
@@ -393,9 +404,24 @@ class AngularCalibrator(Calibrator):
 
     Examples
     --------
-    >>> calibrator = AngularCalibrator(ridge=0.1)
-    >>> calibrator.fit(holdout_logits, holdout_labels, X=X_train, y=y_train, w_hat=w_hat, Sigma=Sigma)
-    >>> calibrator.predict(new_logits)
+    >>> import numpy as np
+    >>> from sklearn.linear_model import LogisticRegression
+    >>> from calibd.calibration.angular import AngularCalibrator
+    >>> rng = np.random.default_rng(0)
+    >>> n, d, lam = 400, 100, 0.5
+    >>> w_star = rng.normal(size=d)
+    >>> X = rng.normal(size=(n, d)) / np.sqrt(d)  # x ~ N(0, Sigma), Sigma = I / d
+    >>> w_star *= np.sqrt(d) / np.linalg.norm(w_star)  # ||w*||_Sigma = 1
+    >>> y = rng.binomial(1, 1 / (1 + np.exp(-X @ w_star)))
+    >>> w_hat = LogisticRegression(C=d / (n * lam), fit_intercept=False, tol=1e-10).fit(X, y).coef_[0]
+    >>> X_holdout = rng.normal(size=(200, d)) / np.sqrt(d)
+    >>> y_holdout = rng.binomial(1, 1 / (1 + np.exp(-X_holdout @ w_star)))
+    >>> calibrator = AngularCalibrator(ridge=lam).fit(
+    ...     X_holdout @ w_hat, y_holdout, X=X, y=y, w_hat=w_hat, Sigma=np.eye(d) / d)
+    >>> round(calibrator.theta_, 2)  # the true angle: 0.94
+    1.03
+    >>> calibrator.predict([-2.0, 0.0, 2.0]).round(3)  # the truth: 0.05, 0.5, 0.95
+    array([0.073, 0.5  , 0.927])
     """
 
     method = "angular"

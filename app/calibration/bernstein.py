@@ -62,22 +62,9 @@ running maximum along each grid axis, which keeps the other axes'
 monotonicity, then a clip to [0, 1]; it moves beta by the solver's residual
 infeasibility, about 1e-10), so the guarantee does not rest on a tolerance.
 
-Why this solver: measured on this project's 2-core machine, one quadratic
-program from n = 1000 rows, every solver with BLAS on one thread, median
-milliseconds (all reached the same objective within 1e-8):
-
-    M, K (variables, constraints)   this IPM  nnls-LDP  Clarabel  OSQP  quadprog  SLSQP  trust-constr
-    2, 5   (36, 62)                      2.4       0.9        10     8      0.25     91    267
-    2, 10  (121, 222)                    8.2        20        22    29        32   1983    352
-    2, 20  (441, 842)                    106      1194       374   482      2157      -      -
-    3, 5   (216, 542)                     22       114       103   145       176      -      -
-    4, 4   (625, 2002)                   194      7426       634  3109      8318      -      -
-
-(nnls-LDP: Lawson & Hanson's least distance programming through
-scipy.optimize.nnls; SLSQP and trust-constr are scipy.optimize.minimize.)
-Only at the smallest grids is an active-set method faster, by 1-2
-millisecond; from K = 10 on this method is the fastest, and it needs no
-dependency beyond SciPy's LAPACK. See benchmarks/bernstein.py for fit times.
+Why this solver: from K = 10 on it is the fastest of the solvers measured (an active-set method wins
+by 1-2 ms only at the smallest grids), and it needs nothing beyond SciPy's LAPACK; the comparison is in
+docs/methods/bernstein.md.
 
 Degree. With ``degree`` null, K is chosen by 5-fold cross-validation on the
 Brier score (stratified folds, seed 0), searching upwards K = 1, 2, ... up to
@@ -96,12 +83,8 @@ candidate degree. The chosen K is then refitted on all rows. A ``degree``
 (or ``max_degree``) whose (K+1)^M exceeds ``max_coefficients`` (default 1024,
 at most 4096) is refused with an error on that option.
 
-BLAS runs on one thread during a fit (when threadpoolctl, a scikit-learn
-dependency, is importable): at these sizes OpenBLAS's threads cost more than
-they save on a busy 2-core machine (measured: the n = 1000 Gram matrix
-0.6 ms on one thread against 72 ms on two; a 216 x 216 Cholesky 0.25 ms
-against 25-60 ms). The limit is process-wide while a fit runs (the service
-fits in worker processes, so /calibrate is not affected).
+BLAS runs on one thread during a fit (when threadpoolctl, a scikit-learn dependency, is
+importable): at these sizes OpenBLAS's threads cost more than they save (docs/methods/bernstein.md).
 """
 
 from __future__ import annotations
@@ -407,18 +390,66 @@ def loss_from_gram(coef: np.ndarray, h: np.ndarray, g: np.ndarray, yy: float) ->
 
 
 class BernsteinCalibrator(Calibrator):
-    """Isotonic tensor Bernstein polynomial of M classifier scores (BernPolyFusion).
+    """Bernstein calibration: f(s) = sum_k beta_k prod_m b_{k_m,K}(F_m(s_m)), beta monotone on the grid.
 
-    Options:
-        degree: the polynomial degree K in every coordinate; null chooses it by
-            5-fold cross-validation on the Brier score.
-        max_degree: the largest candidate for that choice (searched upwards from 1,
-            stopping 3 degrees after the last improvement; default 40, 20, 7, 4 for
-            M = 1, 2, 3, 4, cut at max_coefficients).
-        ridge: relative ridge towards the mean label, lambda = ridge * trace(Phi'WPhi) / (K+1)^M
-            (default 1e-6; must be > 0).
-        max_coefficients: the largest (K+1)^M accepted (default 1024, at most 4096).
-        max_knots: the most ECDF points kept per score (default 1000).
+    M = 1 to 4 classifier scores per row, binary labels. F_m is the holdout's empirical CDF of
+    score m, b_{k,K}(u) = C(K, k) u^k (1 - u)^(K - k), and beta minimises the (weighted) Brier
+    score subject to beta non-decreasing along every grid axis, beta_0 >= 0 and beta_K <= 1, so
+    f is non-decreasing in every score and within [0, 1] everywhere.
+
+    Parameters
+    ----------
+    input : {"probability", "logit"}, default="probability"
+        The scale the scores come on (only their order enters F).
+    degree : int or None, default=None
+        K in every coordinate, 1 to 100; None chooses it by 5-fold cross-validated Brier score.
+    max_degree : int or None, default=None
+        The largest K, 1 to 100, that choice tries (upwards from 1, stopping 3 degrees after
+        the last improvement); None is 40, 20, 7, 4 for M = 1, 2, 3, 4, cut at
+        ``max_coefficients``.
+    ridge : float, default=1e-6
+        In (0, 1]: a ridge lambda = ridge * trace(Phi'W Phi) / (K+1)^M toward the mean label.
+    max_coefficients : int, default=1024
+        The largest (K+1)^M accepted, 2 to 4096.
+    max_knots : int, default=1000
+        The most ECDF points kept per score, 2 to 100000.
+
+    Attributes
+    ----------
+    n_scores_ : int
+        M.
+    degree_ : int
+        The K fitted.
+    coef_ : ndarray of shape ((K+1)^M,)
+        beta, in [0, 1].
+    knots_x_, knots_u_ : ndarray
+        The ECDF points (score, F) of every score column, one column after the other.
+    knot_offsets_ : ndarray of shape (M + 1,)
+        Where each column's points start and end in ``knots_x_`` and ``knots_u_``.
+    cv_brier_ : dict
+        The cross-validated Brier score of each degree tried (empty for a fixed degree).
+    solver_ : dict
+        The interior-point solver's iterations and whether it converged.
+
+    References
+    ----------
+    Y. Wang and X. Liu, "Multivariate probability calibration with isotonic Bernstein
+    polynomials", IJCAI 2020 (papers/002).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from calibd.calibration.bernstein import BernsteinCalibrator
+    >>> rng = np.random.default_rng(0)
+    >>> truth = rng.uniform(0.05, 0.95, 1000)
+    >>> scores = np.column_stack([truth**2, np.sqrt(truth)])  # two classifiers, each distorted
+    >>> scores = np.clip(scores + 0.05 * rng.normal(size=(1000, 2)), 0, 1)
+    >>> labels = rng.binomial(1, truth)
+    >>> calibrator = BernsteinCalibrator().fit(scores, labels)
+    >>> calibrator.degree_
+    4
+    >>> calibrator.predict([[0.04, 0.45], [0.25, 0.71], [0.64, 0.89]]).round(3)  # truth: 0.2, 0.5, 0.8
+    array([0.206, 0.491, 0.791])
     """
 
     method = "bernstein"

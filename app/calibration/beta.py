@@ -95,14 +95,46 @@ def beta_midpoint(a: float, b: float, c: float) -> float | None:
 
 
 class BetaCalibrator(Calibrator):
-    """Beta calibration (Kull et al. 2017).
+    """Beta calibration: p' = sigmoid(a ln p - b ln(1 - p) + c), a, b >= 0.
 
-    Options:
-        variant: ``"abm"`` (default; a, b, c fitted), ``"ab"`` (m = 1/2 fixed)
-            or ``"am"`` (a = b, Platt on the logit); see the module docstring.
+    A logistic regression on ln p and -ln(1 - p), fitted by maximum (weighted) likelihood;
+    a coefficient that comes out negative is dropped and the rest refitted, so the map is
+    non-decreasing.
 
-    Learned: ``a_``, ``b_`` (both >= 0) and ``c_`` of
-    p' = sigmoid(a ln p - b ln(1 - p) + c), whatever the variant.
+    Parameters
+    ----------
+    input : {"probability", "logit"}, default="probability"
+        The scale the scores come on.
+    variant : {"abm", "ab", "am"}, default="abm"
+        ``"abm"``: a, b and c fitted; ``"ab"``: the midpoint m (where p' = 1/2) fixed at 1/2;
+        ``"am"``: a = b, which is Platt scaling on the logit.
+
+    Attributes
+    ----------
+    a_ : float
+        The weight of ln p, >= 0.
+    b_ : float
+        The weight of -ln(1 - p), >= 0.
+    c_ : float
+        The intercept (whatever the variant, the model is written in this form).
+
+    References
+    ----------
+    M. Kull, T. Silva Filho and P. Flach, "Beta calibration: a well-founded and easily
+    implemented improvement on logistic calibration for binary classifiers", AISTATS 2017.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from calibd.calibration.beta import BetaCalibrator
+    >>> rng = np.random.default_rng(0)
+    >>> scores = rng.uniform(0.01, 0.99, 500)
+    >>> labels = rng.binomial(1, scores**2)  # the scores overstate P(y = 1) = s^2
+    >>> calibrator = BetaCalibrator().fit(scores, labels)
+    >>> round(calibrator.a_, 3), round(calibrator.b_, 3), round(calibrator.c_, 3)
+    (2.716, 0.769, 0.174)
+    >>> calibrator.predict([0.2, 0.5, 0.8]).round(3)
+    array([0.018, 0.236, 0.691])
     """
 
     method = "beta"

@@ -129,8 +129,10 @@ def fit_calibrator(
     ``after`` comes from 5-fold out-of-fold predictions: each row is scored by a
     calibrator fitted without it (for ``auto``, the chosen method's, reused from
     the choice; see ``auto``). ``fit_seconds`` is the whole time, validation
-    included; ``summary.timings`` splits it into ``fit`` (the calibrator served)
-    and ``summary`` (cross-fitting and metrics).
+    included; ``summary.timings`` splits it into ``validate``, ``fit`` (the
+    calibrator served), ``cross_fit`` (the 5 folds' refits, or none where the fit
+    kept its own out-of-fold predictions) and ``summary`` (the metrics); the
+    service adds ``parse`` (reading the request body).
     """
     report = progress or (lambda fraction, stage: None)
     report(0.0, "validating")
@@ -165,6 +167,7 @@ def fit_calibrator(
             on_fold=lambda k, n: report(0.2 + 0.65 * k / n, f"cross-fitted fold {k} of {n}"),
         )
         reused = out_of_fold is getattr(getattr(calibrator, "out_of_fold_", None), "predictions", None)
+        cross_fit_done = time.perf_counter()
         report(0.85, "evaluating")
         # The method's own items first: they may replace the fit after seeing its cross-fitted
         # figures (selective's guard), and then describe what is served in ``out_of_fold``.
@@ -192,7 +195,8 @@ def fit_calibrator(
     summary["timings"] = {
         "validate": fit_started - started,
         "fit": summary_started - fit_started,
-        "summary": finished - summary_started,
+        "cross_fit": cross_fit_done - summary_started,
+        "summary": finished - cross_fit_done,
     }
     return FitResult(
         calibrator=calibrator,

@@ -79,15 +79,52 @@ def check_bins(calibrator: Calibrator, edges_within: tuple[float, float] | None)
 
 
 class HistogramCalibrator(Calibrator):
-    """Equal-mass histogram binning, each bin shrunk toward the base rate.
+    """Histogram binning: p'(s) = (sum_{bin(s)} w y + S r) / (sum_{bin(s)} w + S), equal-mass bins.
 
-    Options:
-        n_bins: the number of equal-mass bins (default 10, 1 to 1000); fewer
-            when ties leave fewer distinct scores.
-        prior_strength: S, the weight of the beta prior toward the base rate
-            r in each bin (default 2.0; 0 gives the raw bin means).
-        min_probability: outputs are kept within [m, 1 - m] (default null:
-            m = 1 / (2 (n + 1)) for n holdout rows; 0: none). See ``keep_off_edges``.
+    Each bin's weighted mean label, shrunk toward the holdout's positive rate r by a
+    Beta(S r, S (1 - r)) prior. Bins are left-closed, [e_k, e_{k+1}); scores outside the
+    holdout's range go to the end bins.
+
+    Parameters
+    ----------
+    input : {"probability", "logit"}, default="probability"
+        The scale the scores come on (the bins do not depend on it).
+    n_bins : int, default=10
+        The number of equal-mass bins, 1 to 1000; fewer when ties leave fewer distinct scores.
+    prior_strength : float, default=2.0
+        S, the prior's weight (in units of sample weight); 0 gives the raw bin means.
+    min_probability : float or None, default=None
+        Outputs are kept within [m, 1 - m]: None is m = 1 / (2 (n + 1)) for n holdout rows;
+        0 keeps the raw means (see ``keep_off_edges``).
+
+    Attributes
+    ----------
+    edges_ : ndarray of shape (n_bins_fitted - 1,)
+        The interior bin edges, increasing, on the scores' own scale.
+    values_ : ndarray of shape (n_bins_fitted,)
+        Each bin's output probability.
+    bin_weights_ : ndarray of shape (n_bins_fitted,)
+        The holdout weight in each bin.
+    base_rate_ : float
+        r, the holdout's weighted positive rate.
+
+    References
+    ----------
+    B. Zadrozny and C. Elkan, "Obtaining calibrated probability estimates from decision
+    trees and naive Bayesian classifiers", ICML 2001.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from calibd.calibration.histogram import HistogramCalibrator
+    >>> rng = np.random.default_rng(0)
+    >>> scores = rng.uniform(0.01, 0.99, 500)
+    >>> labels = rng.binomial(1, scores**2)  # the scores overstate P(y = 1) = s^2
+    >>> calibrator = HistogramCalibrator(n_bins=10).fit(scores, labels)
+    >>> calibrator.values_.shape, round(calibrator.base_rate_, 3)
+    ((10,), 0.366)
+    >>> calibrator.predict([0.2, 0.5, 0.8]).round(3)
+    array([0.033, 0.245, 0.687])
     """
 
     method = "histogram"

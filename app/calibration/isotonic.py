@@ -362,7 +362,12 @@ class _Interpolator:
 
 
 class IsotonicCalibrator(Calibrator):
-    """Isotonic regression, interpolated between block boundaries.
+    """Isotonic regression: p'(s) = interp(s, x_thresholds_, y_thresholds_), the PAV fit's blocks.
+
+    The non-decreasing fit m_1 <= ... <= m_k minimising sum_j W_j (ybar_j - m_j)^2 over the
+    distinct holdout scores (pool-adjacent-violators), interpolated linearly between block
+    boundaries and clipped outside them, as scikit-learn's
+    ``IsotonicRegression(out_of_bounds="clip")``.
 
     Parameters
     ----------
@@ -382,12 +387,19 @@ class IsotonicCalibrator(Calibrator):
     References
     ----------
     B. Zadrozny and C. Elkan, "Transforming classifier scores into accurate multiclass
-    probability estimates", KDD 2002.
+    probability estimates", KDD 2002. PAV: M. Ayer et al., "An empirical distribution
+    function for sampling with incomplete information", Ann. Math. Statist., 1955.
 
     Examples
     --------
+    >>> import numpy as np
+    >>> from calibd.calibration.isotonic import IsotonicCalibrator
+    >>> rng = np.random.default_rng(0)
+    >>> scores = rng.uniform(0.01, 0.99, 500)
+    >>> labels = rng.binomial(1, scores**2)  # the scores overstate P(y = 1) = s^2
     >>> calibrator = IsotonicCalibrator().fit(scores, labels)
-    >>> calibrator.predict([0.2, 0.7])
+    >>> calibrator.predict([0.2, 0.5, 0.8]).round(3)  # 0.001: the floor 1 / (2 (n + 1))
+    array([0.001, 0.176, 0.79 ])
     """
 
     method = "isotonic"

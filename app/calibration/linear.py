@@ -60,26 +60,11 @@ equivalent point with the smallest penalty (``_canonical``), and that point
 is what is stored, so the loss is exactly flat along those directions and the
 stored parameters are identifiable (biases centred).
 
-Defaults. Kull et al. choose lambda and mu by cross-validation, which is the
-right thing to do with enough data and time (pass them as options). The
-defaults here must be safe without it, and the room to overfit grows with
-the K (K - 1) off-diagonal entries, not with a constant, so the default
-lambda for ``odir`` is K (K - 1): a weight of 1 on the plain sum of squared
-off-diagonal entries. Held-out log-loss with lambda in Kull et al.'s
-normalisation (benchmarks/multiclass.py data, mean of 3 draws except K = 100,
-one draw; mu 0.01 to 0.1): overconfident
-logits with diagonal truth, K = 10, 5,000 rows: lambda 0.01 -> 1.3476,
-100 -> 1.3392, vector scaling 1.3377; K = 100, 20,000 rows: lambda 1 ->
-3.257, 1,000 -> 3.051, 10,000 -> 2.991, 100,000 -> 2.989, vector 2.989
-(small lambda overfits badly: 10,100 parameters); digits (MLP, 600
-calibration rows): lambda 0.01 -> 0.44, 100 -> 0.145, temperature 0.122; a
-non-diagonal truth (off-diagonal entries ~ N(0, 0.3^2), K = 10, 3,000 rows):
-lambda 0.01 -> 0.778, 10 -> 0.864, 100 -> 1.04, vector 1.12. So the default
-gives up part of the gain when the truth is far from diagonal, in exchange
-for not overfitting when it is not; lower lambda when the holdout is large
-relative to K^2. mu defaults to 1e-3 (mu 1e-2 already shrank a rare class's
-bias by 10% in the tests). For ``l2``, lambda defaults to 1e-3: a penalty
-toward 0 on the diagonal pulls toward uniform outputs, so it must stay weak.
+Defaults. Kull et al. choose lambda and mu by cross-validation (pass them as options). Without it the
+defaults must be safe, and the room to overfit grows with the K (K - 1) off-diagonal entries, so the
+default lambda for ``odir`` is K (K - 1); mu defaults to 1e-3; for ``l2``, lambda defaults to 1e-3 (a
+penalty toward 0 on the diagonal pulls toward uniform outputs, so it stays weak). The held-out figures
+behind these choices are in docs/methods/linear.md.
 
 The intercept penalty also keeps a class absent from the holdout finite: its
 bias would otherwise run to -infinity; with it, the bias settles where the
@@ -151,7 +136,47 @@ def _curvature_moments(x: np.ndarray, w: np.ndarray, beta: float) -> tuple[np.nd
 
 
 class LinearCalibrator(Calibrator):
-    """softmax(W x + b) on logits or log-probabilities; subclasses fix the family."""
+    """A linear map then a softmax: p' = softmax(W x + b), x the logits or log-probabilities.
+
+    The base of ``VectorScalingCalibrator``, ``MatrixScalingCalibrator`` and
+    ``DirichletCalibrator``, which fix x and the form of W. (W, b) minimise the weighted mean
+    log-loss plus the penalty of the module docstring (``odir`` or ``l2``), by L-BFGS from
+    temperature scaling; the stored (W, b) is the equivalent point of least penalty.
+
+    Parameters
+    ----------
+    input : {"probability", "logit"}, default="probability"
+        The scale the scores come on; probabilities enter as log p.
+
+    Attributes
+    ----------
+    weights_ : ndarray of shape (K, K), (K,) or (1,)
+        W: a full matrix, the diagonal, or one scale shared by every class.
+    bias_ : ndarray of shape (K,)
+        b, centred.
+    reg_lambda_ : float
+        The penalty strength lambda used (the option, or its default for K).
+
+    References
+    ----------
+    M. Kull, M. Perello-Nieto, M. Kängsepp, T. Silva Filho, H. Song and P. Flach, "Beyond
+    temperature scaling: obtaining well-calibrated multi-class probabilities with Dirichlet
+    calibration", NeurIPS 2019.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> logits = 3 * rng.normal(size=(600, 3))
+    >>> p = np.exp(logits / 2); p /= p.sum(axis=1, keepdims=True)  # the truth: T = 2
+    >>> labels = (rng.random((600, 1)) > p.cumsum(axis=1)).sum(axis=1)
+    >>> from calibd.calibration.linear import LinearCalibrator, MatrixScalingCalibrator
+    >>> calibrator = MatrixScalingCalibrator(input="logit").fit(logits, labels)
+    >>> isinstance(calibrator, LinearCalibrator), calibrator.weights_.shape
+    (True, (3, 3))
+    >>> calibrator.predict([[2.0, 0.0, -2.0]]).round(3)
+    array([[0.674, 0.253, 0.073]])
+    """
 
     tasks = ("multiclass",)
     monotone = False
@@ -372,12 +397,45 @@ class LinearCalibrator(Calibrator):
 
 
 class VectorScalingCalibrator(LinearCalibrator):
-    """Vector scaling: softmax(a * z + b), a per-class scale a and bias b on the logits.
+    """Vector scaling: p' = softmax(a * z + b), a per-class scale a and bias b on the logits z.
 
-    Options:
-        reg_mu: strength of the intercept penalty mu / K * sum b_k^2 (default
-            0.001); it keeps the bias of a class absent from the holdout finite.
-        max_iter: L-BFGS iterations (default 500).
+    Parameters
+    ----------
+    input : {"probability", "logit"}, default="probability"
+        The scale the scores come on; probabilities enter as z = log p.
+    reg_mu : float, default=0.001
+        mu, the strength of the penalty mu / K sum_k b_k^2 beside the mean log-loss (L-BFGS);
+        it keeps the bias of a class absent from the holdout finite.
+    max_iter : int, default=500
+        The most L-BFGS iterations, 1 to 100000.
+
+    Attributes
+    ----------
+    weights_ : ndarray of shape (K,)
+        The scales a.
+    bias_ : ndarray of shape (K,)
+        The biases b, centred.
+    reg_lambda_ : float
+        0: vector scaling has no off-diagonal weights to penalise.
+
+    References
+    ----------
+    C. Guo, G. Pleiss, Y. Sun and K. Weinberger, "On calibration of modern neural networks",
+    ICML 2017 (section 4.2).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> logits = 3 * rng.normal(size=(600, 3))
+    >>> p = np.exp(logits / 2); p /= p.sum(axis=1, keepdims=True)  # the truth: T = 2
+    >>> labels = (rng.random((600, 1)) > p.cumsum(axis=1)).sum(axis=1)
+    >>> from calibd.calibration.linear import VectorScalingCalibrator
+    >>> calibrator = VectorScalingCalibrator(input="logit").fit(logits, labels)
+    >>> calibrator.weights_.round(3)  # the truth: 1 / T = 0.5
+    array([0.46 , 0.495, 0.526])
+    >>> calibrator.predict([[2.0, 0.0, -2.0]]).round(3)
+    array([[0.672, 0.257, 0.071]])
     """
 
     method = "vector"
@@ -393,14 +451,47 @@ class VectorScalingCalibrator(LinearCalibrator):
 
 
 class MatrixScalingCalibrator(LinearCalibrator):
-    """Matrix scaling: softmax(W z + b), a full K x K map of the logits, ODIR-regularised.
+    """Matrix scaling: p' = softmax(W z + b), W a full K x K matrix (K <= 200), ODIR-regularised.
 
-    Options:
-        reg_lambda: off-diagonal penalty lambda, lambda / (K (K - 1)) * sum of
-            squared off-diagonal entries (default K (K - 1)).
-        reg_mu: intercept penalty mu, mu / K * sum b_k^2 (default 0.001).
-        max_iter: L-BFGS iterations (default 500).
-    At most 200 classes.
+    Parameters
+    ----------
+    input : {"probability", "logit"}, default="probability"
+        The scale the scores come on; probabilities enter as z = log p.
+    reg_lambda : float or None, default=None
+        lambda, the strength of the penalty lambda / (K (K - 1)) sum_{i != j} W_ij^2 beside the
+        mean log-loss (L-BFGS); None is K (K - 1).
+    reg_mu : float, default=0.001
+        mu, the strength of the penalty mu / K sum_k b_k^2.
+    max_iter : int, default=500
+        The most L-BFGS iterations, 1 to 100000.
+
+    Attributes
+    ----------
+    weights_ : ndarray of shape (K, K)
+        W.
+    bias_ : ndarray of shape (K,)
+        b, centred.
+    reg_lambda_ : float
+        The lambda used.
+
+    References
+    ----------
+    C. Guo, G. Pleiss, Y. Sun and K. Weinberger, "On calibration of modern neural networks",
+    ICML 2017; ODIR: M. Kull et al., "Beyond temperature scaling", NeurIPS 2019.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> logits = 3 * rng.normal(size=(600, 3))
+    >>> p = np.exp(logits / 2); p /= p.sum(axis=1, keepdims=True)  # the truth: T = 2
+    >>> labels = (rng.random((600, 1)) > p.cumsum(axis=1)).sum(axis=1)
+    >>> from calibd.calibration.linear import MatrixScalingCalibrator
+    >>> calibrator = MatrixScalingCalibrator(input="logit").fit(logits, labels)
+    >>> np.diag(calibrator.weights_).round(3)  # the truth: W = I / T = 0.5 I
+    array([0.464, 0.495, 0.522])
+    >>> calibrator.predict([[2.0, 0.0, -2.0]]).round(3)
+    array([[0.674, 0.253, 0.073]])
     """
 
     method = "matrix"
@@ -422,16 +513,54 @@ class MatrixScalingCalibrator(LinearCalibrator):
 
 
 class DirichletCalibrator(LinearCalibrator):
-    """Dirichlet calibration: softmax(W log p + b).
+    """Dirichlet calibration: p' = softmax(W log p + b), for logit input log p = log softmax(z).
 
-    Options:
-        variant: "full" (default; at most 200 classes), "diagonal", or
-            "fixed_diagonal" (W = a I).
-        regularization: "odir" (default) or "l2".
-        reg_lambda: weight penalty lambda (default: K (K - 1) for "odir",
-            0.001 for "l2").
-        reg_mu: intercept penalty mu (default 0.001).
-        max_iter: L-BFGS iterations (default 500).
+    Parameters
+    ----------
+    input : {"probability", "logit"}, default="probability"
+        The scale the scores come on.
+    variant : {"full", "diagonal", "fixed_diagonal"}, default="full"
+        W a full K x K matrix (at most 200 classes), a diagonal, or a I (one scale, K biases).
+    regularization : {"odir", "l2"}, default="odir"
+        The penalty beside the mean log-loss (L-BFGS): ``"odir"`` on W's off-diagonal entries,
+        ``"l2"`` on all of its free entries; both add mu / K sum_k b_k^2.
+    reg_lambda : float or None, default=None
+        lambda, the weight penalty's strength; None is K (K - 1) for ``"odir"`` (0 for the
+        diagonal variants, which have no off-diagonal) and 0.001 for ``"l2"``.
+    reg_mu : float, default=0.001
+        mu, the intercept penalty's strength.
+    max_iter : int, default=500
+        The most L-BFGS iterations, 1 to 100000.
+
+    Attributes
+    ----------
+    weights_ : ndarray of shape (K, K), (K,) or (1,)
+        W, by ``variant``.
+    bias_ : ndarray of shape (K,)
+        b, centred.
+    reg_lambda_ : float
+        The lambda used.
+
+    References
+    ----------
+    M. Kull, M. Perello-Nieto, M. Kängsepp, T. Silva Filho, H. Song and P. Flach, "Beyond
+    temperature scaling: obtaining well-calibrated multi-class probabilities with Dirichlet
+    calibration", NeurIPS 2019.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> logits = 3 * rng.normal(size=(600, 3))
+    >>> p = np.exp(logits / 2); p /= p.sum(axis=1, keepdims=True)  # the truth: T = 2
+    >>> labels = (rng.random((600, 1)) > p.cumsum(axis=1)).sum(axis=1)
+    >>> from calibd.calibration.linear import DirichletCalibrator
+    >>> probabilities = np.exp(logits); probabilities /= probabilities.sum(axis=1, keepdims=True)
+    >>> calibrator = DirichletCalibrator(variant="fixed_diagonal").fit(probabilities, labels)
+    >>> calibrator.weights_.round(3)  # W = a I, the truth a = 1 / T = 0.5
+    array([0.494])
+    >>> calibrator.predict([[0.867, 0.117, 0.016]]).round(3)  # the truth: 0.665, 0.245, 0.09
+    array([[0.678, 0.247, 0.075]])
     """
 
     method = "dirichlet"

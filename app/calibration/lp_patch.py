@@ -140,14 +140,54 @@ def effective_size(weights: np.ndarray) -> float:
 
 
 class LpPatchCalibrator(Calibrator):
-    """Algorithm 2 of papers/001 with the accuracy its holdout allows.
+    """l_p patching: h(x) = pred(S) if R(f(x)) is in a patched group S, else rho(R(f(x))).
 
-    Options:
-        p: the order of the l_p error whose bound is reported, > 1 or "inf" (default 2).
-        lambda: coordinates rounded down to multiples of 1/lambda, an integer >= 1
-            (default 10). ``lam`` is the constructor's name for it.
-        delta: the failure probability the accuracies are derived for, in (0, 1) (default 0.1).
-        seed: the shuffle into pools and the Laplace noise (default 0): a fit is reproducible.
+    R(u)_i = floor(lambda u_i) / lambda rounds a probability row f(x) to its bin, and
+    rho(v) = v + ((1 - sum v) / K) 1 is the bin's canonical point. Bins of high mass are grouped
+    and each group's prediction is patched toward its mean label while its estimated error
+    exceeds alpha, the accuracy the holdout's size allows (Algorithm 2, with Laplace noise).
+    ``info_["epsilon"]`` is the bound on the l_p error reached.
+
+    Parameters
+    ----------
+    input : {"probability", "logit"}, default="probability"
+        The scale the scores come on (logit rows enter as p = softmax(z)).
+    p : float or "inf", default=2.0
+        The order of the l_p error whose bound is reported, > 1.
+    lam : int, default=10
+        lambda, 1 to 1000000: coordinates are rounded down to multiples of 1 / lambda. The
+        service's option is named ``lambda``.
+    delta : float, default=0.1
+        The failure probability the accuracies are derived for, in (0, 1).
+    seed : int, default=0
+        Seeds the shuffle into pools and the Laplace noise, so that a fit is reproducible.
+
+    Attributes
+    ----------
+    groups_ : list of dict
+        The patched groups: their bins (as integer codes lambda v) and their prediction.
+    info_ : dict
+        What the fit reached: ``epsilon``, ``alpha``, the pools, the bins seen and patched,
+        and whether the loop converged.
+
+    References
+    ----------
+    K. Bairaktari and H. L. Nguyen, "Sample-efficient multiclass calibration under l_p
+    error" (papers/001).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from calibd.calibration.lp_patch import LpPatchCalibrator
+    >>> rng = np.random.default_rng(0)
+    >>> rows = np.where(rng.random((20000, 1)) < 0.5, [0.9, 0.05, 0.05], [0.05, 0.05, 0.9])
+    >>> labels = rng.integers(0, 3, 20000)  # uniform labels: the rows are overconfident
+    >>> calibrator = LpPatchCalibrator().fit(rows, labels)
+    >>> len(calibrator.groups_), round(calibrator.info_["alpha"], 3)
+    (2, 0.248)
+    >>> calibrator.predict([[0.9, 0.05, 0.05], [0.2, 0.3, 0.5]]).round(3)  # the second row: its bin's point
+    array([[0.558, 0.221, 0.221],
+           [0.2  , 0.3  , 0.5  ]])
     """
 
     method = "lp_patch"

@@ -15,24 +15,30 @@ finds the segments where it can be, with the current logit as the offset
 
 Each round's trees see the previous round's logit as a feature, so a later
 round can split on where the earlier corrections moved a row (MCGrad's
-rounds). Guards against fitting noise in small segments: held-out rows (one
-stratified part of ``validation_fraction``, or 5 folds up to CV_MAX_ROWS
-rows) early-stop the trees within a round (``patience``) and stop the rounds
-when the held-out log loss stops falling; each round is then fitted on every
-row with the number of trees found; leaves hold at least ``min_samples_leaf``
-rows, categories are pooled below that many (LightGBM's
+rounds). What the fit keeps is chosen on 5 stratified folds (nested early
+stopping), not by constants: the start f_0 (the input as it is, or Platt's g),
+each round's number of trees (every fold boosts from its own chain, the
+rounds before fitted without its held-out rows, all folds a tree at a time,
+until ``patience`` trees bring no lower pooled held-out log loss), the number
+of rounds, and the segment stage. Each change is kept only when its paired
+per-row gain in held-out log loss is at least EVIDENCE_Z standard errors above
+zero, so an input with nothing to fix comes back as it was and the fit is never
+worse than the input or Platt out of sample. Each kept round is then fitted on
+every row with the number of trees found. Leaves hold at least
+``min_samples_leaf`` rows, categories are pooled below that many (LightGBM's
 ``min_data_per_group``), and leaf values and category biases are shrunk by an
-L2 penalty (``l2``).
+L2 penalty (``l2``). The folds' out-of-fold predictions (``out_of_fold_``) are
+the cross-fitted summary's, so POST /calibrators fits once.
 
-Where this departs from MCGrad, for speed at the same error: the segment
-stage f_0, a logistic regression of the label on the logit and one bias per
-category with an L2 penalty (Newton's method; ``_segment_offsets``), fits
-the additive per-segment biases that trees would need many small steps for;
-it is kept only when it wins out of sample (on the held-out part; with folds,
-when the trees from its out-of-fold offsets end with the lower log loss).
-The trees then use a larger learning rate with early stopping inside each
-round (MCGrad fits 94 trees at rate 0.029 per round and, under 2.5 million
-rows, cross-validates its number of rounds).
+Where this departs from MCGrad: the segment stage f_0, a logistic regression
+of the label on the logit and one bias per category with an L2 penalty
+(Newton's method; ``_segment_offsets``), fits the additive per-segment biases
+that trees would need many small steps for. Its biases can hide an
+interaction from the trees' first split (each value's residual averages to
+zero), so it starts the trees only when its boosted chain ends lower out of
+sample than the chain from the input or Platt. The trees use a larger learning
+rate with early stopping inside each round (MCGrad fits 94 trees at rate 0.029
+per round and cross-validates its number of rounds).
 
 LightGBM, not scikit-learn's HistGradientBoosting: boosting from an offset
 (``init_score``) is what each round needs, and HistGradientBoosting has none.
@@ -55,9 +61,12 @@ from typing import Any
 import numpy as np
 
 from ._logistic import fit_logistic
-from .base import ArraySpec, CalibrationInputError, Calibrator, sigmoid, to_logit
+from ..inputs import CalibrationInputError
+from .base import Calibrator
+from .scales import sigmoid, to_logit
+from .validation import ArraySpec
 from .columns import Columns
-from .crossfit import stratified_folds
+from .crossfit import OutOfFold, stratified_folds
 
 FEATURES = ArraySpec(
     ndim=2,
@@ -72,8 +81,13 @@ MISSING_NONE, MISSING_ZERO, MISSING_NAN = 0, 1, 2
 _MISSING = {"None": MISSING_NONE, "Zero": MISSING_ZERO, "NaN": MISSING_NAN}
 #: LightGBM's kZeroThreshold: |x| at most this is zero for the Zero rule.
 ZERO_THRESHOLD = 1e-35
-#: Up to this many rows, early stopping is cross-validated (5 folds) rather than on one held-out part.
-CV_MAX_ROWS = 20_000
+#: Folds of the nested early stopping (the trees of a round, the rounds, the start).
+N_FOLDS = 5
+#: A change (the start, a round, the segment stage) is kept when its paired out-of-fold gain in log loss
+#: is at least this many standard errors above zero.
+EVIDENCE_Z = 1.0
+#: LightGBM's Dataset construction (binning) on one thread too: OpenMP threads spin-wait for each other.
+DATASET_PARAMS = {"max_bin": 255, "verbosity": -1, "num_threads": 1}
 #: Rows per block of the tree walk (block rows x trees of state).
 PREDICT_BLOCK = 8192
 
@@ -250,21 +264,65 @@ class _Forest:
 
 
 class MulticalibrationCalibrator(Calibrator):
-    """Multicalibration by boosted trees on the logit and named features (see the module docstring).
+    """Multicalibration by boosted trees: p = sigmoid(f_R(x)), f_r = f_{r-1} + T_r(f_{r-1}, features).
 
-    Options:
-        max_rounds: at most this many rounds (each a tree ensemble on the previous round's logit).
-        learning_rate, num_leaves, max_trees: each round's LightGBM ensemble; its trees stop
-            early after ``patience`` trees without a better held-out log loss.
-        min_samples_leaf: rows per leaf and per category group at least (null: n / 20,
-            clipped to [20, 200]).
-        l2: L2 penalty on leaf values.
-        validation_fraction: the stratified held-out part that stops the trees and the rounds
-            (up to CV_MAX_ROWS rows: 5-fold cross-validation instead); each round is then fitted
-            on every row with the number of trees found.
-        segment_offsets: start the trees from a penalised logistic fit of the logit and a bias
-            per category (the segment stage); false: from Platt's global correction.
-        seed: the held-out split's and LightGBM's seed.
+    f_0 is the input's logit z, Platt's g(x) = a z + b or the segment stage; T_r is a LightGBM tree
+    ensemble boosted from the offset f_{r-1}.
+
+    What is kept (the start, each round's trees, the rounds, the segment stage) is chosen by nested
+    early stopping on 5 stratified folds, each change only when its paired out-of-fold gain in log loss
+    is at least ``EVIDENCE_Z`` standard errors above zero; the module docstring gives the details.
+
+    Parameters
+    ----------
+    input : {"probability", "logit"}, default="probability"
+        The scale the scores come on.
+    max_rounds : int, default=4
+        At most this many rounds, from 0 to 50 (each a tree ensemble on the previous round's logit).
+    learning_rate : float, default=0.1
+        Each round's boosting rate, in (0, 1].
+    num_leaves : int, default=5
+        Leaves per tree, from 2 to 256.
+    max_trees : int, default=200
+        Trees per round at most, from 1 to 5000.
+    patience : int, default=10
+        A round stops after this many trees without a lower pooled held-out log loss (1 to 1000).
+    min_samples_leaf : int or None, default=None
+        Rows per leaf and per category group at least; None: n / 20 clipped to [20, 200].
+    l2 : float, default=10.0
+        L2 penalty on leaf values and category biases, in [0, 1e6].
+    segment_offsets : bool, default=True
+        Consider the segment stage (a penalised logistic fit of the logit and a bias per category) as
+        the trees' start; it is kept only when its chain ends lower out of sample.
+    seed : int, default=0
+        The folds' and LightGBM's seed, from 0 to 2**31 - 1.
+
+    Attributes
+    ----------
+    model_ : dict
+        The fitted model as plain JSON: g, the segment stage's coefficients per category, and per
+        round the trees' nodes and leaf values.
+
+    References
+    ----------
+    Ú. Hébert-Johnson, M. P. Kim, O. Reingold and G. N. Rothblum, "Multicalibration: calibration for
+    the (computationally-identifiable) masses", ICML 2018.
+
+    L. Tax, L. Perini, N. Linder, D. Haimovich, N. Okati, A. Guy and E. Apostolopoulos, "MCGrad:
+    multicalibration at web scale", KDD 2026 (arXiv:2509.19884).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from calibd.calibration.multicalibration import MulticalibrationCalibrator
+    >>> rng = np.random.default_rng(0)
+    >>> scores = rng.uniform(0.05, 0.95, 4000)
+    >>> country = rng.choice(["de", "fr", "us"], 4000)
+    >>> logit = np.log(scores / (1 - scores)) + np.where(country == "us", 0.8, 0.0)  # "us" understated
+    >>> labels = rng.binomial(1, 1 / (1 + np.exp(-logit)))
+    >>> calibrator = MulticalibrationCalibrator().fit(scores, labels, features={"country": country.tolist()})
+    >>> calibrator.predict([0.5, 0.5], features={"country": ["de", "us"]}).round(2)  # truth: 0.5, 0.69
+    array([0.5 , 0.69])
     """
 
     method = "multicalibration"
@@ -285,7 +343,6 @@ class MulticalibrationCalibrator(Calibrator):
         patience: int = 10,
         min_samples_leaf: int | None = None,
         l2: float = 10.0,
-        validation_fraction: float = 0.2,
         segment_offsets: bool = True,
         seed: int = 0,
     ):
@@ -297,7 +354,6 @@ class MulticalibrationCalibrator(Calibrator):
         self.patience = patience
         self.min_samples_leaf = min_samples_leaf
         self.l2 = l2
-        self.validation_fraction = validation_fraction
         self.segment_offsets = segment_offsets
         self.seed = seed
 
@@ -322,7 +378,6 @@ class MulticalibrationCalibrator(Calibrator):
         integer("min_samples_leaf", 1, 1_000_000, nullable=True)
         if isinstance(self.l2, bool) or not isinstance(self.l2, Real) or not 0 <= self.l2 <= 1e6:
             raise CalibrationInputError("options.l2", "must be a number in [0, 1e6]")
-        number("validation_fraction", 0.0, 0.5)
         integer("seed", 0, 2**31 - 1)
         for name in ("segment_offsets",):
             if not isinstance(getattr(self, name), bool):
@@ -381,10 +436,34 @@ class MulticalibrationCalibrator(Calibrator):
                 if kind == "categorical":
                     entry["categories"] = sorted(set(features.columns[name].tolist()))
                 spec.append(entry)
-        X, _ = self._encode(features, spec) if features is not None else (np.empty((z.shape[0], 1)), None)
+        X, _ = self._encode(features, spec) if features is not None else (np.empty((n, 1)), None)
         categorical = [j for j, c in enumerate(spec, start=1) if c["kind"] == "categorical"]
-        splits = self._splits(labels)
-        linear = None
+        folds = stratified_folds(labels, N_FOLDS, self.seed)
+        parts = [(np.flatnonzero(folds != k), np.flatnonzero(folds == k)) for k in range(N_FOLDS)]
+        held_weight = [weights[held].sum() for _, held in parts]
+
+        def out_of_fold_loss(chains: list[np.ndarray]) -> float:
+            """The log loss of every row, each from the chain of the fold that held it out."""
+            total = sum(_log_loss(chain[held], y[held], weights[held]) * w for chain, (_, held), w in zip(chains, parts, held_weight))
+            return float(total / sum(held_weight))
+
+        def row_losses(chains: list[np.ndarray]) -> np.ndarray:
+            out = np.empty(n)
+            for chain, (_, held) in zip(chains, parts):
+                out[held] = np.logaddexp(0.0, chain[held]) - y[held] * chain[held]
+            return out
+
+        def better(new: list[np.ndarray], old: list[np.ndarray]) -> bool:
+            """Whether ``new`` lowers the out-of-fold log loss by more than noise: the paired per-row
+            gain's weighted mean at least EVIDENCE_Z standard errors above zero. A change the held-out
+            rows cannot tell from noise (an already multicalibrated input, a segment of a few rows) is
+            not made, so the fit does not get worse than the input or Platt out of sample."""
+            gain = row_losses(old) - row_losses(new)
+            total = weights.sum()
+            mean = float(np.dot(weights, gain) / total)
+            se = float(np.sqrt(np.dot(weights**2, (gain - mean) ** 2)) / total)
+            return mean > 0 and mean >= EVIDENCE_Z * se
+
         if categorical and self.segment_offsets:
             codes = [X[:, j].astype(np.int64) for j in categorical]
             sizes = [len(spec[j - 1]["categories"]) for j in categorical]
@@ -394,11 +473,15 @@ class MulticalibrationCalibrator(Calibrator):
                 la, lb, betas = _segment_offsets(z[rows], y[rows], weights[rows], [c[rows] for c in codes], sizes, l2, (a, b))
                 return {"a": la, "b": lb, "coefficients": {spec[j - 1]["name"]: beta.tolist() for j, beta in zip(categorical, betas)}}
 
-            # out of fold: each held-out row's offset from the stage fitted without it
-            out_of_fold = a * z + b
-            for fit_rows, held in splits:
-                out_of_fold[held] = self._linear_offset(z[held], X[held], spec, segment_stage(fit_rows), a, b)
-            linear = segment_stage(np.arange(n))
+            stage_chains = [self._linear_offset(z, X, spec, segment_stage(fit_rows), a, b) for fit_rows, _ in parts]
+        # Round 0, the start, chosen out of sample: the input as it is, or Platt's global correction
+        # when its out-of-fold log loss is lower, so the fit never starts worse than either.
+        start_losses = {"input": out_of_fold_loss([z] * N_FOLDS), "platt": out_of_fold_loss([a * z + b] * N_FOLDS)}
+        if better([a * z + b] * N_FOLDS, [z] * N_FOLDS):
+            start, linear, chains = "platt", {"a": a, "b": b, "coefficients": {}}, [a * z + b] * N_FOLDS
+        else:
+            start, linear, chains = "input", {"a": 1.0, "b": 0.0, "coefficients": {}}, [z] * N_FOLDS
+
         leaf = self.min_samples_leaf if self.min_samples_leaf is not None else int(np.clip(n // 20, 20, 200))
         params = {
             "objective": "binary", "metric": "binary_logloss", "learning_rate": float(self.learning_rate),
@@ -411,64 +494,89 @@ class MulticalibrationCalibrator(Calibrator):
             "num_threads": 1,
         }
 
-        def boost(offset: np.ndarray) -> tuple[list, list, float]:
-            """Rounds of trees from ``offset`` while they lower the held-out log loss."""
-            rounds, history = [], []
-            best = float(np.mean([_log_loss(offset[held], y[held], weights[held]) for _, held in splits]))
-            history.append({"round": 0, "trees": 0, "validation_log_loss": best})
-            for r in range(1, self.max_rounds + 1):
-                X[:, 0] = offset
-                data = lgb.Dataset(X, y, weight=weights, init_score=offset, categorical_feature=categorical,
-                                   free_raw_data=False, params={"max_bin": 255, "verbosity": -1})
-                # the number of trees by early stopping on the held-out rows (the mean over folds when cross-validated)
-                curve = lgb.cv(params, data, num_boost_round=int(self.max_trees), folds=splits, stratified=False,
-                               callbacks=[lgb.early_stopping(int(self.patience), verbose=False)])["valid binary_logloss-mean"]
-                trees, loss = len(curve), float(curve[-1])
-                if not loss < best - 1e-7:  # this round does not help on the held-out rows: stop
-                    break
-                booster = lgb.train(params, data, num_boost_round=trees)  # then fitted on every row
-                rounds.append(_flatten_trees(booster.dump_model()["tree_info"]))
-                offset = offset + booster.predict(X, raw_score=True)  # what _Forest.raw gives, in C++ (no init score)
-                best = loss
-                history.append({"round": r, "trees": trees, "validation_log_loss": loss})
-            return rounds, history, best
+        def dataset(rows: np.ndarray, chain: np.ndarray, reference=None):
+            block = X[rows]
+            block[:, 0] = chain[rows]
+            return lgb.Dataset(block, y[rows], weight=weights[rows], init_score=chain[rows], categorical_feature=categorical,
+                               reference=reference, free_raw_data=False, params=DATASET_PARAMS)
 
-        start = "platt"
-        if linear is None:
-            rounds, history, _ = boost(a * z + b)
-        elif len(splits) > 1:
-            # cross-validated (small holdouts): keep the segment stage only if the trees from its
-            # out-of-fold offsets end lower than the trees from Platt's
-            with_stage = boost(out_of_fold)
-            rounds, history, without = boost(a * z + b)
-            if with_stage[2] < without:
-                rounds, history, _ = boost(self._linear_offset(z, X, spec, linear, a, b))
-                start = "segment stage"
-            else:
-                linear = None
-        else:
-            # one large held-out part: keep it if it beats Platt there (out of sample)
-            held = splits[0][1]
-            if _log_loss(out_of_fold[held], y[held], weights[held]) < _log_loss(a * z[held] + b, y[held], weights[held]):
-                rounds, history, _ = boost(self._linear_offset(z, X, spec, linear, a, b))
-                start = "segment stage"
-            else:
-                linear = None
-                rounds, history, _ = boost(a * z + b)
+        def search(chains: list[np.ndarray]) -> tuple[list[np.ndarray], list[dict]]:
+            """Rounds on the folds alone: each fold's trees boost from that fold's own chain (the rounds
+            before, fitted without its held-out rows), all folds a tree at a time; a round's number of
+            trees is where the pooled held-out log loss is lowest (``patience`` trees without a better
+            one end it), and the rounds stop at the first that does not lower it."""
+            chains = list(chains)
+            best = out_of_fold_loss(chains)
+            history = [{"round": 0, "trees": 0, "validation_log_loss": best}]
+            for r in range(1, self.max_rounds + 1):
+                boosters = []
+                for (fit_rows, held), chain in zip(parts, chains):
+                    train = dataset(fit_rows, chain)
+                    booster = lgb.Booster(params, train)
+                    booster.add_valid(dataset(held, chain, reference=train), "held")
+                    boosters.append(booster)
+                curve: list[float] = []
+                for _tree in range(int(self.max_trees)):
+                    total = 0.0
+                    for booster, w in zip(boosters, held_weight):
+                        booster.update()
+                        total += booster.eval_valid()[0][2] * w
+                    curve.append(total / sum(held_weight))
+                    if len(curve) - 1 - int(np.argmin(curve)) >= self.patience:
+                        break
+                trees = int(np.argmin(curve)) + 1
+                if not curve[trees - 1] < best - 1e-7:  # this round does not help out of sample: stop
+                    break
+                moved = []
+                for booster, chain in zip(boosters, chains):
+                    block = X.copy()
+                    block[:, 0] = chain
+                    moved.append(chain + booster.predict(block, num_iteration=trees, raw_score=True, num_threads=1))
+                if not better(moved, chains):  # it helps, but not by more than noise: stop
+                    break
+                chains = moved
+                best = curve[trees - 1]
+                history.append({"round": r, "trees": trees, "validation_log_loss": best})
+            return chains, history
+
+        chains, history = search(chains)
+        if categorical and self.segment_offsets and out_of_fold_loss(stage_chains) < history[0]["validation_log_loss"] - 1e-7:
+            # the segment stage (when it beats the start out of sample) as the start instead, kept only
+            # if its rounds end lower out of sample (its biases can hide an interaction from the trees'
+            # first split, so it must earn its place)
+            stage_chains, stage_history = search(stage_chains)
+            if better(stage_chains, chains):
+                start, linear, chains, history = "segment stage", segment_stage(np.arange(n)), stage_chains, stage_history
+        history[0]["start"] = start
+        # the rounds found, fitted on every row
+        offset = self._linear_offset(z, X, spec, linear, a, b)
+        rounds = []
+        for entry in history[1:]:
+            X[:, 0] = offset
+            full = lgb.Dataset(X, y, weight=weights, init_score=offset, categorical_feature=categorical,
+                               free_raw_data=False, params=DATASET_PARAMS)
+            booster = lgb.train(params, full, num_boost_round=entry["trees"])
+            rounds.append(_flatten_trees(booster.dump_model()["tree_info"]))
+            offset = offset + booster.predict(X, raw_score=True, num_threads=1)  # what _Forest.raw gives, in C++ (no init score)
+        out_of_fold = np.empty(n)
+        for chain, (_, held) in zip(chains, parts):
+            out_of_fold[held] = sigmoid(chain[held])
+        # the summary's cross-fit reuses these (same folds as fit_calibrator's when seed is 0)
+        self.out_of_fold_ = OutOfFold(folds.astype(np.int64), out_of_fold)
         self.model_ = {
             "global": {"a": a, "b": b},
             "features": spec,
             "linear": linear,
             "rounds": rounds,
-            "training": {"n_samples": n, "validation": "5-fold" if len(splits) > 1 else f"{self.validation_fraction:g} held out",
-                         "min_samples_leaf": leaf, "start": start, "history": history},
+            "training": {"n_samples": n, "validation": f"{N_FOLDS}-fold", "min_samples_leaf": leaf, "start": start,
+                         "start_log_loss": start_losses, "history": history},
         }
         self._forests = None
 
     @staticmethod
     def _linear_offset(z: np.ndarray, X: np.ndarray, spec: list[dict], linear: dict | None, a: float, b: float) -> np.ndarray:
-        """The first offset: the segment stage a' z + b' + sum_j beta_j[category] (rows of known
-        categories), else Platt's a z + b."""
+        """The first offset: the start's a' z + b' + sum_j beta_j[category] (rows of known
+        categories; the input: a' = 1, b' = 0), else Platt's a z + b."""
         if linear is None:
             return a * z + b
         eta = linear["a"] * z + linear["b"]
@@ -477,21 +585,6 @@ class MulticalibrationCalibrator(Calibrator):
                 beta = np.asarray(linear["coefficients"][column["name"]], dtype=np.float64)
                 eta = eta + beta[X[:, j].astype(np.int64)]
         return eta
-
-    def _splits(self, labels: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-        """(fit rows, held-out rows): 5 stratified folds up to CV_MAX_ROWS rows (where one held-out
-        part is too small to stop on), else one stratified held-out part of ``validation_fraction``."""
-        n = labels.shape[0]
-        if n <= CV_MAX_ROWS:
-            folds = stratified_folds(labels, 5, self.seed)
-            return [(np.flatnonzero(folds != k), np.flatnonzero(folds == k)) for k in range(5)]
-        rng = np.random.default_rng(self.seed)
-        held = np.zeros(n, dtype=bool)
-        for value in (0, 1):
-            rows = np.flatnonzero(labels == value)
-            k = min(max(1, int(round(self.validation_fraction * rows.shape[0]))), rows.shape[0] - 1)
-            held[rng.choice(rows, size=k, replace=False)] = True
-        return [(np.flatnonzero(~held), np.flatnonzero(held))]
 
     # -- prediction --------------------------------------------------------------------------
     def prepare(self) -> None:
@@ -527,6 +620,11 @@ class MulticalibrationCalibrator(Calibrator):
             "trees": [len(r["roots"]) for r in model["rounds"]],
             "training": model["training"],
         }
+
+    @classmethod
+    def _from_state(cls, params: dict[str, Any], state: dict[str, Any]) -> Calibrator:
+        # stored before the nested early stopping: validation_fraction no longer exists (the model predicts as it did)
+        return super()._from_state({k: v for k, v in params.items() if k != "validation_fraction"}, state)
 
     def __getstate__(self) -> dict[str, Any]:  # clone() and copies carry the model, not the derived arrays
         state = dict(self.__dict__)

@@ -106,7 +106,45 @@ class _OneVsRestCalibrator(Calibrator):
 
 
 class OneVsRestIsotonicCalibrator(_OneVsRestCalibrator):
-    """Isotonic regression per class on its one-vs-rest log-odds, rows renormalised."""
+    """One-vs-rest isotonic: p'_k = g_k(s_k) / sum_j g_j(s_j), g_k isotonic on the log-odds s_k of p_k.
+
+    g_k is ``IsotonicCalibrator`` fitted on s_k = log(p_k / (1 - p_k)) against 1[y = k]. A class
+    absent from the holdout keeps its input probability (before renormalising).
+
+    Parameters
+    ----------
+    input : {"probability", "logit"}, default="probability"
+        The scale the scores come on (logit rows enter as p = softmax(z)).
+    min_probability : float or None, default=None
+        Each g_k is kept within [m, 1 - m]: None is m = 1 / (2 (n + 1)) for n holdout rows;
+        0 keeps the raw block means.
+
+    Attributes
+    ----------
+    calibrated_ : ndarray of shape (K,)
+        1.0 for a class that has a g_k, 0.0 for a class absent from the holdout.
+    offsets_ : ndarray of shape (K + 1, 2)
+        Where each class's thresholds start and end in the two arrays below.
+    x_thresholds_, y_thresholds_ : ndarray
+        Every class's ``IsotonicCalibrator`` thresholds, one after the other.
+
+    References
+    ----------
+    B. Zadrozny and C. Elkan, "Transforming classifier scores into accurate multiclass
+    probability estimates", KDD 2002.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> logits = 3 * rng.normal(size=(600, 3))
+    >>> p = np.exp(logits / 2); p /= p.sum(axis=1, keepdims=True)  # the truth: T = 2
+    >>> labels = (rng.random((600, 1)) > p.cumsum(axis=1)).sum(axis=1)
+    >>> from calibd.calibration.one_vs_rest import OneVsRestIsotonicCalibrator
+    >>> calibrator = OneVsRestIsotonicCalibrator(input="logit").fit(logits, labels)
+    >>> calibrator.predict([[2.0, 0.0, -2.0]]).round(3)  # the truth: 0.665, 0.245, 0.09
+    array([[0.66 , 0.249, 0.09 ]])
+    """
 
     method = "ovr_isotonic"
     component = IsotonicCalibrator
@@ -125,7 +163,45 @@ class OneVsRestIsotonicCalibrator(_OneVsRestCalibrator):
 
 
 class OneVsRestPlattCalibrator(_OneVsRestCalibrator):
-    """Platt scaling per class on its one-vs-rest log-odds, rows renormalised."""
+    """One-vs-rest Platt: p'_k = q_k / sum_j q_j, q_k = sigmoid(A_k s_k + B_k), s_k the log-odds of p_k.
+
+    (A_k, B_k) is ``PlattCalibrator`` fitted on s_k = log(p_k / (1 - p_k)) against 1[y = k]. A
+    class absent from the holdout keeps its input probability (before renormalising).
+
+    Parameters
+    ----------
+    input : {"probability", "logit"}, default="probability"
+        The scale the scores come on (logit rows enter as p = softmax(z)).
+
+    Attributes
+    ----------
+    calibrated_ : ndarray of shape (K,)
+        1.0 for a class that has a Platt fit, 0.0 for a class absent from the holdout.
+    offsets_ : ndarray of shape (K + 1, 2)
+        Where each class's entry starts and ends in ``a_`` and ``b_``.
+    a_, b_ : ndarray
+        The fitted classes' A_k and B_k.
+
+    References
+    ----------
+    B. Zadrozny and C. Elkan, "Transforming classifier scores into accurate multiclass
+    probability estimates", KDD 2002; J. Platt, "Probabilistic outputs for support vector
+    machines and comparisons to regularized likelihood methods", 1999.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> logits = 3 * rng.normal(size=(600, 3))
+    >>> p = np.exp(logits / 2); p /= p.sum(axis=1, keepdims=True)  # the truth: T = 2
+    >>> labels = (rng.random((600, 1)) > p.cumsum(axis=1)).sum(axis=1)
+    >>> from calibd.calibration.one_vs_rest import OneVsRestPlattCalibrator
+    >>> calibrator = OneVsRestPlattCalibrator(input="logit").fit(logits, labels)
+    >>> calibrator.a_.round(2)  # about 1 / T = 0.5
+    array([0.48, 0.51, 0.47])
+    >>> calibrator.predict([[2.0, 0.0, -2.0]]).round(3)  # the truth: 0.665, 0.245, 0.09
+    array([[0.677, 0.239, 0.084]])
+    """
 
     method = "ovr_platt"
     component = PlattCalibrator

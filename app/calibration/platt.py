@@ -18,7 +18,7 @@ from .validation import state_number
 
 
 class PlattCalibrator(Calibrator):
-    """Platt scaling: p' = sigmoid(A z + B) on the score's logit z.
+    """Platt scaling: p' = sigmoid(A z + B), z = log(p / (1 - p)) (or the score, for logits).
 
     Parameters
     ----------
@@ -42,8 +42,16 @@ class PlattCalibrator(Calibrator):
 
     Examples
     --------
+    >>> import numpy as np
+    >>> from calibd.calibration.platt import PlattCalibrator
+    >>> rng = np.random.default_rng(0)
+    >>> scores = rng.uniform(0.01, 0.99, 500)
+    >>> labels = rng.binomial(1, scores**2)  # the scores overstate P(y = 1) = s^2
     >>> calibrator = PlattCalibrator().fit(scores, labels)
-    >>> calibrator.predict([0.2, 0.7])
+    >>> round(calibrator.a_, 3), round(calibrator.b_, 3)
+    (1.432, -1.241)
+    >>> calibrator.predict([0.2, 0.5, 0.8]).round(3)
+    array([0.038, 0.224, 0.678])
     """
 
     method = "platt"

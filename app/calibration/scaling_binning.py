@@ -82,15 +82,46 @@ def binned_means(g: np.ndarray, weights: np.ndarray, n_bins: int) -> tuple[np.nd
 
 
 class ScalingBinningCalibrator(Calibrator):
-    """Platt scaling followed by equal-count binning of its outputs (Kumar et al. 2019).
+    """Scaling-binning: p'(s) = the mean of g over bin(g(s)), g(s) = sigmoid(A z + B) Platt's output.
 
-    Options:
-        n_bins: the number of bins on the Platt outputs (default 10, 1 to
-            1000); fewer when ties leave fewer distinct Platt values.
+    Platt scaling, then equal-count bins on the holdout's Platt outputs; each bin outputs the
+    (weighted) mean of the Platt values in it, not of the labels, so the output takes at
+    most ``n_bins`` values. Bins are right-closed, (e_{k-1}, e_k], outer edges 0 and 1.
 
-    Learned: Platt's ``platt_a_`` and ``platt_b_``, the interior bin edges on
-    the Platt-output scale ``edges_`` (bins (e_{k-1}, e_k], outer edges 0 and
-    1), the bin outputs ``values_`` and the holdout weight in each bin.
+    Parameters
+    ----------
+    input : {"probability", "logit"}, default="probability"
+        The scale the scores come on.
+    n_bins : int, default=10
+        The number of bins, 1 to 1000; fewer when ties leave fewer distinct Platt values.
+
+    Attributes
+    ----------
+    platt_a_, platt_b_ : float
+        Platt's slope A and offset B.
+    edges_ : ndarray of shape (n_bins_fitted - 1,)
+        The interior bin edges on the Platt-output scale, increasing.
+    values_ : ndarray of shape (n_bins_fitted,)
+        Each bin's output probability.
+    bin_weights_ : ndarray of shape (n_bins_fitted,)
+        The holdout weight in each bin.
+
+    References
+    ----------
+    A. Kumar, P. Liang and T. Ma, "Verified uncertainty calibration", NeurIPS 2019.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from calibd.calibration.scaling_binning import ScalingBinningCalibrator
+    >>> rng = np.random.default_rng(0)
+    >>> scores = rng.uniform(0.01, 0.99, 500)
+    >>> labels = rng.binomial(1, scores**2)  # the scores overstate P(y = 1) = s^2
+    >>> calibrator = ScalingBinningCalibrator(n_bins=10).fit(scores, labels)
+    >>> calibrator.predict([0.2, 0.5, 0.8]).round(3)
+    array([0.031, 0.232, 0.633])
+    >>> np.unique(calibrator.predict(scores)).shape  # at most n_bins values
+    (10,)
     """
 
     method = "scaling_binning"

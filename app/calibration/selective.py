@@ -137,11 +137,18 @@ def selective_loss(
 
 
 class SelectiveCalibrator(Calibrator):
-    """Selective recalibration (papers/004): a selector MLP on ``features`` and Platt or temperature.
+    """Selective recalibration: h recalibrates the inputs with g_hat(x) >= tau, g_hat a selector MLP.
+
+    h is Platt scaling (binary) or temperature scaling (multiclass, on the top-label
+    confidence); g_hat = sigmoid(MLP(x)) on a feature embedding x (``features``; without them,
+    on the scores). They minimise S-TLBCE / mean(g_hat) + lambda (beta - mean(g_hat))^2, and tau
+    is set on held-out rows so that the share accepted is beta (with a Hoeffding interval).
+    ``predict_details`` returns, beside h's probabilities, ``accepted`` per row.
 
     Parameters
     ----------
     input : {"probability", "logit"}, default="probability"
+        The scale the scores come on.
     beta : float, default=0.8
         Target coverage, the share of inputs accepted, in (0, 1].
     mode : {"joint", "refit", "sequential"}, default="joint"
@@ -155,8 +162,8 @@ class SelectiveCalibrator(Calibrator):
         Rows per Adam step.
     learning_rate : float, default=0.001
         Adam's step size.
-    coverage_penalty : float, default=32
-        lambda, the weight of (beta - mean g)^2, as the paper.
+    coverage_penalty : float, default=32.0
+        lambda, the weight of (beta - mean g)^2, as in the paper.
     threshold_fraction : float, default=0.25
         Share of the holdout held out of training to set tau.
     confidence : float, default=0.95
@@ -177,18 +184,35 @@ class SelectiveCalibrator(Calibrator):
         tau, and tau on the MLP's output before the sigmoid.
     coverage_ : dict
         The coverage estimate on the threshold rows and its Hoeffding interval.
+    training_ : dict
+        How the selector was trained: the feature count (None: on the scores), the rows used
+        for training and for tau, the final loss.
+    score_ndim_ : int
+        1 for binary scores, 2 for rows: ``predict`` takes the same.
 
     References
     ----------
-    A. Zollo, Z. Deng, J. Snell, T. Pitassi and R. Zemel, "Improving predictor reliability with
-    selective recalibration", TMLR 2024 (papers/004). The modes, the guard and the figures
-    behind the defaults: docs/methods/selective.md.
+    T. Zollo, Z. Deng, J. Snell, T. Pitassi and R. Zemel, "Improving predictor reliability with
+    selective recalibration", TMLR 2024 (papers/004). The modes, the guard and the choice of
+    the defaults: docs/methods/selective.md.
 
     Examples
     --------
-    >>> calibrator = SelectiveCalibrator(beta=0.9).fit(scores, labels, features=embeddings)
-    >>> probabilities, extras = calibrator.predict_details(new_scores, features=new_embeddings)
-    >>> extras["accepted"]
+    >>> import numpy as np
+    >>> from calibd.calibration.selective import SelectiveCalibrator
+    >>> rng = np.random.default_rng(0)
+    >>> outlier = rng.random(1000) < 0.2  # a fifth of the inputs, where the score misleads
+    >>> features = np.column_stack([outlier + 0.1 * rng.normal(size=1000), rng.normal(size=1000)])
+    >>> z = rng.normal(scale=2, size=1000)
+    >>> labels = rng.binomial(1, 1 / (1 + np.exp(-np.where(outlier, -z, z) / 2)))
+    >>> calibrator = SelectiveCalibrator(beta=0.8, hidden=[8], epochs=10)
+    >>> calibrator = calibrator.fit(1 / (1 + np.exp(-z)), labels, features=features)
+    >>> probabilities, extras = calibrator.predict_details(
+    ...     [0.12, 0.88, 0.88], features=[[0.0, 0.0], [0.0, 0.0], [1.0, 0.0]])
+    >>> probabilities.round(3)  # the inliers' truth: 0.269, 0.731
+    array([0.313, 0.712, 0.712])
+    >>> extras["accepted"]  # the last row has an outlier's features
+    array([ True,  True, False])
     """
 
     method = "selective"

@@ -42,7 +42,9 @@ from .validation import state_number
 
 
 class TemperatureCalibrator(Calibrator):
-    """Temperature scaling, binary (sigmoid(z/T)) and multiclass (softmax(z/T)).
+    """Temperature scaling: p' = softmax(z / T) for rows of K logits, sigmoid(z / T) for binary scores.
+
+    One T > 0, fitted by maximum (weighted) likelihood; it changes no row's argmax.
 
     Parameters
     ----------
@@ -61,8 +63,17 @@ class TemperatureCalibrator(Calibrator):
 
     Examples
     --------
-    >>> calibrator = TemperatureCalibrator(input="logit").fit(logit_rows, labels)
-    >>> calibrator.predict(new_logit_rows)       # rows of K probabilities
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> logits = 3 * rng.normal(size=(600, 3))
+    >>> p = np.exp(logits / 2); p /= p.sum(axis=1, keepdims=True)  # the truth: T = 2
+    >>> labels = (rng.random((600, 1)) > p.cumsum(axis=1)).sum(axis=1)
+    >>> from calibd.calibration.temperature import TemperatureCalibrator
+    >>> calibrator = TemperatureCalibrator(input="logit").fit(logits, labels)
+    >>> round(calibrator.temperature_, 3)
+    2.044
+    >>> calibrator.predict([[2.0, 0.0, -2.0]]).round(3)  # the truth: 0.665, 0.245, 0.09
+    array([[0.659, 0.248, 0.093]])
     """
 
     method = "temperature"

@@ -49,17 +49,56 @@ from .histogram import HistogramCalibrator, check_n_bins
 
 
 class TopLabelHistogramCalibrator(Calibrator):
-    """Top-label histogram binning per predicted class, with a pooled fallback.
+    """Top-label histogram binning: p'_c = h_c(t), c = argmax p, t = max p; the rest in proportion.
 
-    Options:
-        n_bins: the most equal-mass bins per predicted class (default 15).
-        points_per_bin: holdout rows per bin (default 50); a predicted class
-            with fewer rows uses the pooled binning.
-        prior_strength: S, the Beta prior's weight toward the class's
-            accuracy (default 2.0; 0 gives the plain bin means).
-        min_probability: each histogram's confidences are kept within [m, 1 - m]
-            (default null: m = 1 / (2 (n + 1)) for its n rows), so that no class
-            gets a probability of exactly 0.
+    h_c is ``HistogramCalibrator`` fitted on (t, 1[y = c]) over the holdout rows predicted c, with
+    min(n_bins, n_c // points_per_bin) bins; a class predicted on fewer than ``points_per_bin``
+    rows uses the same binning fitted on all rows. The other classes share 1 - h_c(t) in
+    proportion to their input probabilities, so rows sum to 1.
+
+    Parameters
+    ----------
+    input : {"probability", "logit"}, default="probability"
+        The scale the scores come on (logit rows enter as p = softmax(z)).
+    n_bins : int, default=15
+        The most equal-mass bins per predicted class, 1 to 1000.
+    points_per_bin : int, default=50
+        Holdout rows per bin, 1 to 1000000.
+    prior_strength : float, default=2.0
+        S, the weight of each bin's Beta prior toward the class's accuracy; 0 gives the
+        plain bin means.
+    min_probability : float or None, default=None
+        Each histogram's values are kept within [m, 1 - m]: None is m = 1 / (2 (n + 1)) for
+        its n rows; 0 keeps the raw means.
+
+    Attributes
+    ----------
+    own_binning_ : ndarray of shape (K,)
+        1.0 for a class with a binning of its own, 0.0 for one that uses the pooled binning.
+    offsets_ : ndarray of shape (K + 2, 2)
+        Where each binning (the K classes', then the pooled one) starts and ends in the two
+        arrays below.
+    edges_, values_ : ndarray
+        Every binning's ``HistogramCalibrator`` edges and values, one after the other.
+
+    References
+    ----------
+    C. Gupta and A. Ramdas, "Top-label calibration and multiclass-to-binary reductions",
+    ICLR 2022 (Algorithm 2).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> logits = 3 * rng.normal(size=(600, 3))
+    >>> p = np.exp(logits / 2); p /= p.sum(axis=1, keepdims=True)  # the truth: T = 2
+    >>> labels = (rng.random((600, 1)) > p.cumsum(axis=1)).sum(axis=1)
+    >>> from calibd.calibration.top_label_histogram import TopLabelHistogramCalibrator
+    >>> calibrator = TopLabelHistogramCalibrator(input="logit").fit(logits, labels)
+    >>> calibrator.own_binning_
+    array([1., 1., 1.])
+    >>> calibrator.predict([[2.0, 0.0, -2.0]]).round(3)  # the truth: 0.665, 0.245, 0.09
+    array([[0.595, 0.357, 0.048]])
     """
 
     method = "top_label_histogram"

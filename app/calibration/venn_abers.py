@@ -116,9 +116,48 @@ def _inserted_positive_values(weights: np.ndarray, positives: np.ndarray) -> np.
 
 
 class VennAbersCalibrator(Calibrator):
-    """Inductive Venn-Abers predictor, point estimate p1 / (1 - p0 + p1).
+    """Inductive Venn-Abers predictor: p(s) = p1 / (1 - p0 + p1), [p0, p1] the isotonic values at s.
 
-    ``predict_details`` also returns the interval [p0, p1] per score.
+    p0 (p1) is the isotonic regression's value at s when the holdout is extended by (s, 0)
+    (by (s, 1)), as a step function; both are tabulated at fit time for every position a
+    test score can take. ``predict_details`` also returns the interval [p0, p1] per score.
+    Sample weights count as multiplicities (the test point weighs 1).
+
+    Parameters
+    ----------
+    input : {"probability", "logit"}, default="probability"
+        The scale the scores come on (only their order matters).
+
+    Attributes
+    ----------
+    scores_ : ndarray of shape (k,)
+        The distinct holdout scores, increasing.
+    p0_ : ndarray of shape (k + 1,)
+        p0 for a test score below, between or above them (index: holdout scores below it).
+    p1_ : ndarray of shape (k + 1,)
+        p1, indexed as ``p0_``.
+
+    References
+    ----------
+    V. Vovk and I. Petej, "Venn-Abers predictors", UAI 2014; the O(n log n) fit:
+    V. Vovk, I. Petej and V. Fedorova, "Large-scale probabilistic predictors with and
+    without guarantees of validity", NeurIPS 2015.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from calibd.calibration.venn_abers import VennAbersCalibrator
+    >>> rng = np.random.default_rng(0)
+    >>> scores = rng.uniform(0.01, 0.99, 500)
+    >>> labels = rng.binomial(1, scores**2)  # the scores overstate P(y = 1) = s^2
+    >>> calibrator = VennAbersCalibrator().fit(scores, labels)
+    >>> probabilities, extras = calibrator.predict_details([0.2, 0.5, 0.8])
+    >>> probabilities.round(3)
+    array([0.049, 0.194, 0.732])
+    >>> extras["intervals"].round(3)  # [p0, p1] per score
+    array([[0.   , 0.051],
+           [0.171, 0.2  ],
+           [0.7  , 0.818]])
     """
 
     method = "venn_abers"

@@ -37,16 +37,34 @@ def server_command(handler):
     return run
 
 
+def database_error(engine, error: Exception) -> str:
+    """One line for a database that cannot be reached at start: where, and the driver's first line."""
+    original = getattr(error, "orig", None) or error
+    reason = next((line.strip() for line in str(original).splitlines() if line.strip()), type(original).__name__)
+    return f"calibd: cannot reach the database {engine.url.render_as_string()}: {reason}"
+
+
 def _serve(args: argparse.Namespace) -> int:
+    import sqlalchemy.exc
+
+    from ..storage.db import make_engine
+    from ..config import get_settings
+
+    engine = make_engine(get_settings().database_url)
+    try:
+        return _serve_on(args, engine)
+    except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError, sqlalchemy.exc.TimeoutError) as error:
+        print(database_error(engine, error), file=sys.stderr)  # one line, not a traceback
+        return 1
+
+
+def _serve_on(args: argparse.Namespace, engine) -> int:
     import uvicorn
 
     from ..config import check_predictor_url, get_settings
-
     from ..storage import migrate
-    from ..storage.db import make_engine
 
     settings = get_settings()
-    engine = make_engine(settings.database_url)
     if engine.dialect.name == "sqlite":
         migrate.upgrade(engine)
     elif not migrate.is_at_head(engine):
@@ -87,11 +105,14 @@ def _serve(args: argparse.Namespace) -> int:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="calibd-metrics-")
     print(f"calibd {__version__} on http://{host}:{args.port} (database: {engine.url.render_as_string()})", file=sys.stderr)
     _flush_logs_on_sigterm()
+    from .serving import TimedHTTPProtocol
+
     uvicorn.run(
         "calibd.main:create_app",
         factory=True,
         host=host,
         port=args.port,
+        http=TimedHTTPProtocol,  # uvicorn's, with header and body read timeouts
         workers=args.workers,
         log_config=None,  # calibd.main configures JSON logs in every worker
         access_log=False,
@@ -194,13 +215,19 @@ def _keys_revoke(args: argparse.Namespace) -> int:
 
 
 def _migrate(_args: argparse.Namespace) -> int:
+    import sqlalchemy.exc
+
     from ..storage import migrate
     from ..storage.db import make_engine
 
     from ..config import get_settings
 
     engine = make_engine(get_settings().database_url)
-    migrate.upgrade(engine)
+    try:
+        migrate.upgrade(engine)
+    except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as error:
+        print(database_error(engine, error), file=sys.stderr)
+        return 1
     print(f"calibd: database at migration {migrate.current_revision(engine)}")
     return 0
 

@@ -316,8 +316,9 @@ def _multicalibration(data: Prepared, opts: Options, columns: dict[str, np.ndarr
         return None
     ((p, y),) = problems
     result = multicalibration_error(p, y, data.w, columns, **options)
-    for entry in (result["global"], *result["segments"]):
+    for entry in (result["global"], *result["segments"]):  # worst holds the same dicts
         entry["sigma"] = _number(entry["sigma"])  # infinite (a segment with no variance but an error) -> null
+        entry["mde"] = _number(entry["mde"])
     result["mce_sigma"] = _number(result["mce_sigma"])
     result["mce"] = _number(result["mce"])
     result["params"] = {**options, "target": opts.target, "pooled_value": OTHER}

@@ -27,6 +27,10 @@ segments of at least ``min_samples`` rows, at most ``max_segments`` of them:
     MCE_sigma = max over segments of sigma_S
     MCE       = MCE_sigma * sd_global                         (back on the probability scale)
     MCE_p     = min over segments of p_S                      (not adjusted for multiplicity)
+    MDE_S     = 5 sd_S                                         (minimum detectable error, MCGrad's 5 sigma)
+
+``worst`` ranks segments by sigma_S, the evidence of miscalibration, not by
+ECCE_S: a 28-row segment's ECCE is large on noise alone, its sigma is not.
 
 Segments are formed as MCGrad 0.1.5 (``mcgrad.metrics.MulticalibrationError``
 with ``categorical_segment_columns``) forms them, and every number equals its
@@ -64,6 +68,11 @@ DEFAULT_MAX_SEGMENTS = 1000
 OTHER = "__OTHER"
 #: MCGrad builds segments in chunks of this many and drops whole chunks past max_segments.
 _CHUNK = 50
+#: A segment's minimum detectable error is this many standard deviations of its ECCE under
+#: calibration (MCGrad's ``mde``: 5 sigma); an error below it cannot be told from noise there.
+MDE_SIGMAS = 5.0
+#: ``worst`` lists this many segments, the strongest evidence of miscalibration first.
+WORST_SEGMENTS = 10
 SIGMA_MAX = 8.26732673
 SIGMA_MIN = 1e-20
 
@@ -264,8 +273,9 @@ def multicalibration_error(
 
     ``segments`` maps column names to (n,) arrays of category values. Returns
     ``{"global": {ecce, sigma, p_value}, "mce", "mce_sigma", "mce_p_value",
-    "n_segments", "segments": [{"values": {col: value}, "count", "ecce", "sigma", "p_value"}, ...]}``,
-    segments in MCGrad's order (the global one first, ``values`` {}).
+    "n_segments", "segments": [{"values": {col: value}, "count", "ecce", "sigma", "p_value", "mde"}, ...],
+    "worst": [...]}``, segments in MCGrad's order (the global one first, ``values`` {}); ``worst``: the
+    WORST_SEGMENTS of them with the largest sigma (ties: more rows first).
     """
     n = p.shape[0]
     order = np.argsort(p, kind="stable")  # first appearance is taken in score order, as MCGrad does
@@ -319,19 +329,31 @@ def multicalibration_error(
         ecce, sd = e, s
         sigma, p_values = sigma_of(e, s), ecce_p_value(sigma_of(e, s))
     mce_sigma = float(sigma.max())
+    entries = [
+        {"values": values, "count": count, "ecce": float(e), "sigma": float(s), "p_value": float(pv), "mde": MDE_SIGMAS * float(d)}
+        for (values, count, _, _), e, s, pv, d in zip(found, ecce, sigma, p_values, sd)
+    ]
     return {
         "global": {
             "ecce": global_ecce,
             "sigma": float(sigma[0]),
             "p_value": float(p_values[0]),
             "count": int(global_count),
+            "mde": MDE_SIGMAS * float(global_sd),
         },
         "mce": mce_sigma * global_sd,
         "mce_sigma": mce_sigma,
         "mce_p_value": float(p_values.min()),
         "n_segments": len(found),
-        "segments": [
-            {"values": values, "count": count, "ecce": float(e), "sigma": float(s), "p_value": float(pv)}
-            for (values, count, _, _), e, s, pv in zip(found, ecce, sigma, p_values)
-        ],
+        "segments": entries,
+        "worst": rank_by_sigma(entries)[:WORST_SEGMENTS],
     }
+
+
+def rank_by_sigma(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Segments, the strongest evidence of miscalibration (largest ``sigma``; NaN last) first, ties by more rows."""
+    def key(entry: dict[str, Any]) -> tuple[float, int]:
+        sigma = entry["sigma"]
+        return (-math.inf if sigma is None or math.isnan(sigma) else sigma, entry["count"])
+
+    return sorted(entries, key=key, reverse=True)

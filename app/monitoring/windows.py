@@ -120,6 +120,15 @@ class BinSums:
                 getattr(sums, name)[int(bin_)] += float(value)
         return sums
 
+    @classmethod
+    def from_table(cls, table: np.ndarray) -> BinSums:
+        """From an array (SUM_FIELDS, bins), as ``table`` gives it."""
+        return cls(**{name: np.array(table[f], dtype=np.float64) for f, name in enumerate(SUM_FIELDS)})
+
+    def table(self) -> np.ndarray:
+        """The sums as one array (SUM_FIELDS, bins)."""
+        return np.stack([getattr(self, name) for name in SUM_FIELDS])
+
     def rows(self) -> list[dict[str, float | int]]:
         """Non-empty bins as dicts of SUM_FIELDS plus ``bin``."""
         return [
@@ -127,6 +136,44 @@ class BinSums:
             for b in range(N_BINS)
             if self.count[b] > 0 or self.count_with_acceptance[b] > 0
         ]
+
+
+def group_sums(probability: np.ndarray, labels: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
+    """``BinSums.of`` of binary rows without acceptance for many groups at once, as an array
+    (n_groups, SUM_FIELDS, bins): ``groups[i]`` is row i's group, in ``0..n_groups-1``."""
+    terms = feedback_terms(probability, labels)
+    index = groups * N_BINS + uniform_bins(terms.probability, N_BINS)
+    out = np.zeros((len(SUM_FIELDS), n_groups * N_BINS))
+    size = n_groups * N_BINS
+    out[0] = np.bincount(index, minlength=size)
+    for f, values in ((1, terms.probability), (2, terms.outcome), (3, terms.brier), (4, terms.log_loss)):
+        out[f] = np.bincount(index, weights=values, minlength=size)
+    return out.reshape(len(SUM_FIELDS), n_groups, N_BINS).transpose(1, 0, 2).copy()
+
+
+#: The metrics ``window_metrics`` gives, in its order.
+METRICS = ("samples", "ece", "brier", "log_loss", "mean_prediction", "positive_rate", "acceptance_rate")
+
+
+def metrics_table(sums: np.ndarray, binary: np.ndarray) -> dict[str, np.ndarray]:
+    """``window_metrics`` of many windows at once: ``sums`` is (n, SUM_FIELDS, bins), ``binary`` (n,);
+    each metric an array (n,), NaN where ``window_metrics`` gives None."""
+    totals = sums.sum(axis=2)
+    field = {name: totals[:, f] for f, name in enumerate(SUM_FIELDS)}
+    n = field["count"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        some = n > 0
+        out = {
+            "samples": n,
+            "ece": np.where(some, np.abs(sums[:, 2] - sums[:, 1]).sum(axis=1) / n, np.nan),
+            "brier": np.where(some, field["sum_brier"] / n, np.nan),
+            "log_loss": np.where(some, field["sum_log_loss"] / n, np.nan),
+            "mean_prediction": np.where(some, field["sum_probability"] / n, np.nan),
+            "positive_rate": np.where(some & binary, field["sum_label"] / n, np.nan),
+        }
+        with_acceptance = field["count_with_acceptance"]
+        out["acceptance_rate"] = np.where(with_acceptance > 0, field["sum_accepted"] / with_acceptance, np.nan)
+    return out
 
 
 def _number(value: float, name: str) -> float | int:

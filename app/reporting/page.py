@@ -104,12 +104,14 @@ def _windows_table(windows: dict[str, dict[str, Any]]) -> str:
 
 
 def _segments_table(segments: list[dict[str, Any]]) -> str:
-    """Segments, the worst calibrated first (as the monitor lists them), with their drift alarms."""
+    """Segments, the strongest evidence of miscalibration first (as the monitor lists them: ECE over its noise,
+    ``calibd.monitoring.evidence``), with the minimum detectable error beside each and their drift alarms."""
     if not segments:
         return '<p id="segments">No segment feedback (declare dimensions: PUT /calibrators/{name}/segments).</p>'
     rows = []
     for segment in segments:
         window = segment["windows"].get("last_10000", {})
+        evidence = segment.get("evidence", {})
         drift = segment["drift"]
         alarm = (
             f'<span class="alarm on">alarm since batch {_e(drift.get("alarm_batch"))}</span>' if drift["alarm"]
@@ -117,12 +119,14 @@ def _segments_table(segments: list[dict[str, Any]]) -> str:
         )
         rows.append(
             f"<tr><td>{_e(segment['dimension'])}</td><td>{_e(segment['segment'])}</td>"
-            f"<td>{_number(window.get('ece'))}</td><td>{_e(window.get('samples', 0))}</td>"
+            f"<td>{_number(window.get('ece'))}</td><td>{_number(evidence.get('sigma'), 2)}</td>"
+            f"<td>{_number(evidence.get('mde'))}</td><td>{_e(window.get('samples', 0))}</td>"
             f"<td>{_number(window.get('log_loss'))}</td><td>{alarm}</td>"
             f"<td>{_number(drift.get('log_evalue'), 2)} / {_number(drift.get('threshold'), 2)}</td></tr>"
         )
     return (
-        '<table id="segments"><thead><tr><th>dimension</th><th>segment</th><th>ECE (last 10,000)</th><th>labels</th>'
+        '<table id="segments"><thead><tr><th>dimension</th><th>segment</th><th>ECE (last 10,000)</th><th>sigma (ECE / its noise)</th>'
+        "<th>minimum detectable error</th><th>labels</th>"
         "<th>log-loss</th><th>drift</th><th>log e-value / alarm at</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table>"
     )
@@ -233,7 +237,7 @@ current version {_e(report['current_version'])}</p>
 <h2>Feedback</h2>
 {_windows_table(report['feedback']['windows'])}
 <div id="feedback-history">{history_part}</div>
-<h3>Segments, the worst calibrated first</h3>
+<h3>Segments, the strongest evidence of miscalibration first</h3>
 {_segments_table(report['feedback'].get('segments', []))}
 <h2>Versions</h2>
 {_versions_table(report['versions'])}

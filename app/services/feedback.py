@@ -210,10 +210,15 @@ def _validate(services: Services, loaded: LoadedCalibrator, body: FeedbackReques
     return [batch], {}
 
 
-def _check_ids(ids: list, n: int, against: str = "labels") -> list[str]:
+def check_id_strings(ids: list, at: str = "/ids") -> None:
+    """Prediction ids: non-empty strings of at most MAX_ID_LENGTH characters, without NUL."""
     for position, value in enumerate(ids):
         if not isinstance(value, str) or not 0 < len(value) <= MAX_ID_LENGTH or "\x00" in value:
-            raise InvalidRequest(f"/ids/{position}", f"ids are non-empty strings of at most {MAX_ID_LENGTH} characters, without NUL")
+            raise InvalidRequest(f"{at}/{position}", f"ids are non-empty strings of at most {MAX_ID_LENGTH} characters, without NUL")
+
+
+def _check_ids(ids: list, n: int, against: str = "labels") -> list[str]:
+    check_id_strings(ids)
     if len(ids) != n:
         if against == "labels":
             raise InvalidRequest("/labels", f"has {n} entries but ids has {len(ids)}")
@@ -433,7 +438,11 @@ def _count_delays(session: Session, calibrator_id: int, batch: LabelledBatch, no
     """Add the delays of labels whose prediction time is known to the calibrator's histogram (binary)."""
     if batch.predicted_at is None or batch.probabilities.ndim != 1 or not batch.labels.shape[0]:
         return
-    delays = np.array([(now - t).total_seconds() for t in batch.predicted_at])
+    times = batch.predicted_at
+    if times.count(times[0]) == len(times):  # one /calibrate request's predictions: one time
+        delays = np.full(len(times), (now - times[0]).total_seconds())
+    else:
+        delays = np.array([(now - t).total_seconds() for t in times])
     maturity_store.add_delays(session, calibrator_id, label_delay.delay_counts(delays, batch.labels))
 
 

@@ -2,7 +2,9 @@
 
 A prediction is mature when its calibrator's label window has passed since it
 was served (or at once, when labels are final on arrival). ``mature`` runs in
-the background of every process: for each calibrator with a window it holds
+the background of every serving process, in a process of its own
+(``mature_database``), so that its Python never holds the GIL that requests
+wait for: for each calibrator with a window it holds
 the calibrator's maturity row, takes the next batch of predictions by
 prediction time up to ``now - window``, and feeds the monitors, in
 prediction-time order, each with its label, or as an implied negative
@@ -23,7 +25,7 @@ from sqlalchemy.orm import Session
 from ..monitoring import label_delay
 from ..storage import feedback as feedback_store
 from ..storage import maturity as maturity_store
-from ..storage.db import transaction
+from ..storage.db import process_sessions, transaction
 from ..storage.feedback import LabelledBatch
 from ..storage.models import utcnow
 from ..storage.repository import Sessions, hold_calibrator
@@ -83,6 +85,19 @@ class Matured:
     unlabelled: int = 0
 
 
+def has_work(sessions: Sessions) -> bool:
+    """Whether any calibrator has a label window or waiting rows: a cheap check, so that a process
+    whose calibrators have none never starts the maturity process."""
+    with transaction(sessions) as session:
+        return bool(maturity_store.to_mature(session))
+
+
+def mature_database(url: str, drift: DriftSettings) -> Matured:
+    """``mature`` on the database at ``url``: what the serving process asks of its maturity process
+    (app/main.py), whose engine this process opens once."""
+    return mature(process_sessions(url), drift)
+
+
 def mature(sessions: Sessions, drift: DriftSettings, now: datetime | None = None, batch_rows: int = 5000,
            max_batches: int = 20, only: list[int] | None = None) -> Matured:
     """Feed the monitors every prediction matured by ``now``: in batches of about ``batch_rows``
@@ -110,7 +125,8 @@ def _mature_batch(sessions: Sessions, calibrator_id: int, drift: DriftSettings, 
         if settings is None:
             return True
         if settings.window_seconds is None:  # the window was removed: what waited is mature now
-            rows = maturity_store.waiting_rows(session, calibrator_id, None)[:limit]
+            # No maturity row to claim here: the rows themselves are held, or two processes would feed them twice.
+            rows = maturity_store.waiting_rows(session, calibrator_id, None, limit=limit, lock=True)
             _feed(session, calibrator_id, rows, [], settings, drift, now, total)
             return len(rows) < limit
         state = maturity_store.claim(session, calibrator_id)

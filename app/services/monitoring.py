@@ -8,6 +8,7 @@ segments and label timing for the API and /metrics.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 from dataclasses import dataclass
@@ -19,12 +20,14 @@ from sqlalchemy.orm import Session
 
 from ..monitoring import label_delay
 from ..monitoring.drift import DriftTest
-from ..monitoring.windows import WINDOWS, BinSums, feedback_terms, window_metrics
+from ..monitoring.evidence import rank_segments
+from ..monitoring.segment_drift import SegmentDriftTest
+from ..monitoring.windows import WINDOWS, BinSums, feedback_terms, metrics_table, window_metrics
 from ..storage import maturity as maturity_store
 from ..storage import monitor_state
 from ..storage import segments as segment_store
 from ..storage.repository import Sessions
-from ..storage.sql import insert_for
+from ..storage.sql import NotFound, insert_for
 
 
 @dataclass(frozen=True)
@@ -44,8 +47,11 @@ def update(
         return
     terms = feedback_terms(probabilities, labels, accepted)
     groups: dict[datetime, list[int]] = defaultdict(list)
-    for position, moment in enumerate(predicted_at):
-        groups[monitor_state.minute(moment)].append(position)
+    if predicted_at.count(predicted_at[0]) == n:  # one time for all (feedback without prediction times)
+        groups[monitor_state.minute(predicted_at[0])] = list(range(n))
+    else:
+        for position, moment in enumerate(predicted_at):
+            groups[monitor_state.minute(moment)].append(position)
     rows_probabilities = probabilities if probabilities.ndim == 2 else None
     parts = []
     for bucket, positions in groups.items():
@@ -77,6 +83,10 @@ def update(
 def drift_summary(sessions: Sessions, calibrator_id: int, version: int) -> dict[str, Any]:
     """The drift test of one version: alarm, log e-value, and what it has seen."""
     state, updated_at = monitor_state.drift_state(sessions, calibrator_id, version)
+    return _drift_view(state, updated_at)
+
+
+def _drift_view(state: dict[str, Any], updated_at: datetime | None) -> dict[str, Any]:
     if not state:
         return {"alarm": False, "log_evalue": 0.0, "samples": 0, "batches": 0, "alarm_batch": None,
                 "top_alternative": None, "updated_at": None}
@@ -92,32 +102,118 @@ def drift_summary(sessions: Sessions, calibrator_id: int, version: int) -> dict[
     }
 
 
+def _segment_drift_view(row: dict[str, Any]) -> dict[str, Any]:
+    """A segment test as the routes show it: its row, its threshold log(1/alpha_j) and what it has seen."""
+    state = row.get("state")
+    if SegmentDriftTest.is_state(state):
+        result = SegmentDriftTest.from_dict(state).result()
+    else:  # a test of the earlier design (each its own fixed alpha), or none yet
+        result = DriftTest.from_dict(state).result() if state else None
+    return {
+        "alarm": row["alarm"],
+        "log_evalue": row["log_evalue"],
+        "threshold": None if result is None else result.log_threshold,
+        "alpha": row["alpha"],
+        "samples": 0 if result is None else result.n_samples,
+        "batches": 0 if result is None else result.n_batches,
+        "alarm_batch": None if result is None else result.alarm_batch,
+        "top_alternative": None if result is None else result.top_alternative,
+        "updated_at": row["updated_at"],
+    }
+
+
 def windows_end(settings: maturity_store.LabelSettings) -> datetime | None:
     """Where a version's time windows end: now, or (a label window) where its predictions are mature."""
     return settings.matured_through if settings.window_seconds is not None else None
 
 
-def monitor(sessions: Sessions, calibrator_id: int, version: int, binary: bool, alpha: float) -> dict[str, Any]:
-    """A version's windows, drift test, segments and label timing."""
-    timing = label_timing(sessions, calibrator_id, binary)
-    end = timing.pop("_windows_end")
-    sums = monitor_state.window_sums(sessions, calibrator_id, version, end)
-    return {
-        "windows": {w: window_metrics(sums[w], binary=binary) for w in WINDOWS},
-        "drift": drift_summary(sessions, calibrator_id, version) | {"threshold": math.log(1.0 / alpha)},
-        "segments": segment_store.monitors(sessions, calibrator_id, version, binary, end),
+def monitor(
+    sessions: Sessions, calibrator_id: int, version: int, binary: bool, alpha: float, history_hours: int = 0,
+    name: str | None = None,
+) -> dict[str, Any]:
+    """A version's windows, drift test, segments and label timing (and ``history_hours`` of hourly
+    metrics), all read from one snapshot. NotFound when the version went away meanwhile."""
+    state = monitor_state.read_version(sessions, calibrator_id, version, history_hours)
+    if state is None:
+        raise NotFound(name or f"#{calibrator_id}", version)
+    segments = [
+        {
+            "dimension": dimension,
+            "segment": segment,
+            "windows": {w: window_metrics(found.sums[w], binary=binary) for w in WINDOWS},
+            "drift": _segment_drift_view(found.drift),
+        }
+        for (dimension, segment), found in sorted(state.segments.items())
+    ]
+    # ranked by evidence (ECE over its noise), not raw ECE: a small segment's ECE is large on noise alone
+    segments = rank_segments(segments)
+    timing = _label_timing_view(state.labels, binary)
+    timing.pop("_windows_end")
+    out = {
+        "windows": {w: window_metrics(state.sums[w], binary=binary) for w in WINDOWS},
+        "drift": _drift_view(state.drift.get("state") or {}, state.drift["updated_at"]) | {"threshold": math.log(1.0 / alpha)},
+        "segments": segments,
         "labels": timing,
     }
+    if history_hours:
+        out["history"] = [{"hour": hour, **window_metrics(sums, binary)} for hour, sums in state.history]
+    return out
+
+
+@dataclass
+class CurrentMonitors:
+    """The monitors of every calibrator's current version, as arrays (row i: ``names[i]``): what
+    /metrics renders. Metrics are NaN where the monitor route shows null."""
+
+    names: list[str]
+    versions: list[int]
+    #: window -> metric -> (rows,)
+    windows: dict[str, dict[str, np.ndarray]]
+    drift_alarm: np.ndarray
+    drift_log_evalue: np.ndarray
+    #: (row of the segment's version, dimension, segment)
+    segments: list[tuple[int, str, str]]
+    segment_windows: dict[str, dict[str, np.ndarray]]
+    segment_alarm: np.ndarray
+    segment_log_evalue: np.ndarray
+    #: Each row's label timing, as the monitor route's ``labels``.
+    labels: list[dict[str, Any]]
+
+
+def current_monitors(sessions: Sessions) -> CurrentMonitors:
+    """The monitors of every calibrator's current version, read in one snapshot by a few set-based
+    queries, their metrics computed for all versions at once."""
+    table = monitor_state.read_current(sessions)
+    binary = table.n_classes == 2
+    segment_rows = np.array([row for row, _, _ in table.segments], dtype=np.int64)
+    return CurrentMonitors(
+        names=table.names,
+        versions=[version for _, version in table.keys],
+        windows={w: metrics_table(table.sums[w], binary) for w in WINDOWS},
+        drift_alarm=np.array([d["alarm"] for d in table.drift], dtype=bool),
+        drift_log_evalue=np.array([d["log_evalue"] for d in table.drift], dtype=np.float64),
+        segments=table.segments,
+        segment_windows={w: metrics_table(table.segment_sums[w], binary[segment_rows]) for w in WINDOWS},
+        segment_alarm=np.array([d["alarm"] for d in table.segment_drift], dtype=bool),
+        segment_log_evalue=np.array([d["log_evalue"] for d in table.segment_drift], dtype=np.float64),
+        labels=[_label_timing_view(backlog, bool(b)) for backlog, b in zip(table.labels, binary)],
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _compare_delays(positive: bytes, negative: bytes) -> label_delay.DelayComparison:
+    """The delay test of two histograms (as bytes): /metrics asks it of every calibrator at each read,
+    and a calibrator's histograms change only as its labels arrive."""
+    return label_delay.compare_delays(np.frombuffer(positive, dtype=np.int64), np.frombuffer(negative, dtype=np.int64))
 
 
 #: The setting a user changes when delays depend on the label.
 WINDOW_SETTING = "labels.window"
 
 
-def label_timing(sessions: Sessions, calibrator_id: int, binary: bool) -> dict[str, Any]:
+def _label_timing_view(backlog: maturity_store.Backlog, binary: bool) -> dict[str, Any]:
     """The label window, the backlog waiting for maturity, the counts of maturity, the label delays per
     label value, and (labels final on arrival) whether positives' and negatives' delays differ."""
-    backlog = maturity_store.backlog(sessions, calibrator_id)
     histograms = {}
     for label, bins in backlog.delays.items():
         counts = np.zeros(label_delay.N_DELAY_BINS, dtype=np.int64)
@@ -134,7 +230,7 @@ def label_timing(sessions: Sessions, calibrator_id: int, binary: bool) -> dict[s
     mismatch = False
     if binary:
         empty = np.zeros(label_delay.N_DELAY_BINS, dtype=np.int64)
-        comparison = label_delay.compare_delays(histograms.get(1, empty), histograms.get(0, empty))
+        comparison = _compare_delays(histograms.get(1, empty).tobytes(), histograms.get(0, empty).tobytes())
         mismatch = comparison.differ and settings.window_seconds is None
         if mismatch:
             p90 = max(label_delay.quantile(histograms[1], 0.9) or 0.0, label_delay.quantile(histograms[0], 0.9) or 0.0)

@@ -59,7 +59,9 @@ class CalibratorStore:
         self._predictors: dict[str, dict[str, Any]] = {}
         self._predictors_read = False
         self._generation: int | None = None
-        self._local_changes = 0
+        #: Bumped by each change of the current-version map (this process's own, or a refresh): a
+        #: database read that straddles one may predate it, and is not applied to the map.
+        self._changes = 0
         self._loaded: OrderedDict[tuple[str, int], LoadedCalibrator] = OrderedDict()
         self._loaded_bytes = 0
 
@@ -94,10 +96,14 @@ class CalibratorStore:
     # -- misses: one database read --------------------------------------------
     def load(self, name: str, version: int | None) -> LoadedCalibrator:
         """Read the version from the database and cache it. Raises NotFound, NoCurrentVersion."""
+        with self._lock:
+            changes = self._changes
         info = repository.get_version(self._sessions, name, version)
         loaded = self._cache(info)
         with self._lock:
-            self._current[name] = (info.uid, info.current_version)
+            # A promotion here, or a refresh, while this read ran may be newer than what it read.
+            if changes == self._changes:
+                self._current[name] = (info.uid, info.current_version)
         return loaded
 
     def _cache(self, info: VersionInfo) -> LoadedCalibrator:
@@ -126,13 +132,13 @@ class CalibratorStore:
     def set_current(self, name: str, uid: str, version: int | None) -> None:
         with self._lock:
             self._current[name] = (uid, version)
-            self._local_changes += 1
+            self._changes += 1
 
     def forget(self, name: str) -> None:
         with self._lock:
             self._current.pop(name, None)
             self._predictors.pop(name, None)
-            self._local_changes += 1
+            self._changes += 1
 
     def set_predictor(self, name: str, value: dict[str, Any] | None) -> None:
         with self._lock:
@@ -140,7 +146,7 @@ class CalibratorStore:
                 self._predictors.pop(name, None)
             else:
                 self._predictors[name] = value
-            self._local_changes += 1
+            self._changes += 1
 
     # -- other processes' changes ----------------------------------------------
     def refresh(self) -> bool:
@@ -151,20 +157,21 @@ class CalibratorStore:
         read (it may predate that change) and forces another next time.
         """
         with self._lock:
-            local_changes = self._local_changes
+            changes = self._changes
         generation = repository.registry_generation(self._sessions)
         if generation == self._generation:
             return False
         current = repository.current_versions(self._sessions)
         stored_predictors = predictors.all_predictors(self._sessions)
         with self._lock:
-            if local_changes != self._local_changes:
+            if changes != self._changes:
                 self._generation = None
                 return False
             self._current = current
             self._predictors = stored_predictors
             self._predictors_read = True
             self._generation = generation
+            self._changes += 1
         return True
 
     @property

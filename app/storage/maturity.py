@@ -16,12 +16,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
-from sqlalchemy import exists, func, select, update
+from sqlalchemy import select, text, update
 from sqlalchemy.orm import Session
 
 from .db import transaction
 from .models import CalibratorRow, FeedbackRow, LabelDelayRow, LabelMaturityRow, PredictionRow
-from .sql import NotFound, Sessions, insert_for
+from .sql import NotFound, Sessions, insert_for, is_postgresql
 
 
 @dataclass(frozen=True)
@@ -142,12 +142,16 @@ WAITING_COLUMNS = (
 )
 
 
-def waiting_rows(session: Session, calibrator_id: int, through: datetime | None) -> list[tuple]:
-    """Waiting rows predicted up to ``through`` (None: all), in prediction-time order."""
+def waiting_rows(session: Session, calibrator_id: int, through: datetime | None, limit: int | None = None,
+                 lock: bool = False) -> list[tuple]:
+    """Waiting rows predicted up to ``through`` (None: all), in prediction-time order, at most ``limit``.
+    ``lock``: held until the transaction ends, so that another process that reads them after this one
+    has marked them mature skips them (PostgreSQL rechecks ``waiting`` once the lock is free)."""
     query = select(*WAITING_COLUMNS).where(FeedbackRow.calibrator_id == calibrator_id, FeedbackRow.waiting)
     if through is not None:
         query = query.where(FeedbackRow.predicted_at <= through)
-    return list(session.execute(query.order_by(FeedbackRow.predicted_at, FeedbackRow.id)).all())
+    query = query.order_by(FeedbackRow.predicted_at, FeedbackRow.id).limit(limit)
+    return list(session.execute(query.with_for_update() if lock else query).all())
 
 
 def mark_mature(session: Session, row_ids: list[int]) -> None:
@@ -157,24 +161,47 @@ def mark_mature(session: Session, row_ids: list[int]) -> None:
 
 def unlabelled_predictions(session: Session, calibrator_id: int, after: datetime, through: datetime) -> list[tuple]:
     """Logged predictions served in (after, through] without a label, in prediction-time order:
-    (id, version, probability, probabilities, accepted, scores, segments, features, created_at)."""
-    labelled = exists().where(
-        FeedbackRow.calibrator_id == PredictionRow.calibrator_id, FeedbackRow.prediction_id == PredictionRow.prediction_id
-    )
-    return list(
-        session.execute(
-            select(
-                PredictionRow.prediction_id, PredictionRow.version, PredictionRow.probability, PredictionRow.probabilities,
-                PredictionRow.accepted, PredictionRow.scores, PredictionRow.segments, PredictionRow.features,
-                PredictionRow.created_at,
-            )
-            .where(
-                PredictionRow.calibrator_id == calibrator_id, PredictionRow.created_at > after,
-                PredictionRow.created_at <= through, ~labelled,
-            )
-            .order_by(PredictionRow.created_at, PredictionRow.id)
-        ).all()
-    )
+    (id, version, probability, probabilities, accepted, scores, segments, features, created_at).
+
+    Index lookups, not one anti-join: with the feedback table's statistics stale (it grows by a batch
+    of implied negatives a second), PostgreSQL's generic plan for the anti-join hashed every feedback
+    row of the calibrator, spilling to disk for minutes a batch."""
+    served = session.execute(
+        select(
+            PredictionRow.prediction_id, PredictionRow.version, PredictionRow.probability, PredictionRow.probabilities,
+            PredictionRow.accepted, PredictionRow.scores, PredictionRow.segments, PredictionRow.features,
+            PredictionRow.created_at,
+        )
+        .where(PredictionRow.calibrator_id == calibrator_id, PredictionRow.created_at > after,
+               PredictionRow.created_at <= through)
+        .order_by(PredictionRow.created_at, PredictionRow.id)
+    ).all()
+    labelled = _labelled(session, calibrator_id, [row[0] for row in served])
+    return [row for row in served if row[0] not in labelled]
+
+
+def _labelled(session: Session, calibrator_id: int, ids: list[str]) -> set[str]:
+    """Which of ``ids`` have a feedback row."""
+    if not ids:
+        return set()
+    if is_postgresql(session):
+        # One array, unnested and joined: a loop of unique-index lookups in every plan. An IN list of
+        # bind parameters is searched element by element for each row once the statement's plan is
+        # generic (psycopg prepares it after a few runs): seconds a batch.
+        return set(session.scalars(_LABELLED_OF, {"ids": ids, "calibrator": calibrator_id}))
+    found: set[str] = set()
+    for start in range(0, len(ids), 5000):  # SQLite: its IN list is an index of its own
+        found.update(session.scalars(
+            select(FeedbackRow.prediction_id)
+            .where(FeedbackRow.calibrator_id == calibrator_id, FeedbackRow.prediction_id.in_(ids[start : start + 5000]))
+        ))
+    return found
+
+
+_LABELLED_OF = text(
+    "SELECT f.prediction_id FROM unnest(CAST(:ids AS text[])) AS wanted(id) "
+    f"JOIN {FeedbackRow.__tablename__} f ON f.calibrator_id = :calibrator AND f.prediction_id = wanted.id"
+)
 
 
 def count(session: Session, calibrator_id: int, late: int = 0, implied: int = 0, unlabelled: int = 0) -> None:
@@ -220,29 +247,3 @@ class Backlog:
     implied_negatives: int
     unlabelled: int
     delays: dict[int, list[tuple[int, int]]]  # label -> [(bin, count)]
-
-
-def backlog(sessions: Sessions, calibrator_id: int) -> Backlog:
-    with transaction(sessions) as session:
-        settings = settings_of(session, calibrator_id) or LabelSettings()
-        state = session.get(LabelMaturityRow, calibrator_id)
-        waiting_labels = session.scalar(
-            select(func.count()).select_from(FeedbackRow).where(FeedbackRow.calibrator_id == calibrator_id, FeedbackRow.waiting)
-        )
-        waiting_predictions = 0
-        if settings.window_seconds is not None and state is not None:
-            waiting_predictions = session.scalar(
-                select(func.count()).select_from(PredictionRow).where(
-                    PredictionRow.calibrator_id == calibrator_id, PredictionRow.created_at > state.matured_through,
-                )
-            )
-        delays: dict[int, list[tuple[int, int]]] = {}
-        for label, b, c in session.execute(
-            select(LabelDelayRow.label, LabelDelayRow.bin, LabelDelayRow.count).where(LabelDelayRow.calibrator_id == calibrator_id)
-        ).all():
-            delays.setdefault(label, []).append((b, c))
-    return Backlog(
-        settings, int(waiting_predictions or 0), int(waiting_labels or 0),
-        0 if state is None else int(state.late_labels), 0 if state is None else int(state.implied_negatives),
-        0 if state is None else int(state.unlabelled), delays,
-    )

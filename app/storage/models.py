@@ -207,6 +207,24 @@ class PendingLabelRow(Base):
     unmatched_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
 
 
+class CloudEventHalfRow(Base):
+    """One half of a KServe payload logger pair (POST /cloudevents) that waited unpaired in a
+    process, so that its other half, reaching another process, pairs with it there.
+
+    One row an id: the second half to come deletes it and logs the pair. Rows older than
+    CALIBD_CLOUDEVENTS_PAIR_SECONDS are deleted (and counted as dropped).
+    """
+
+    __tablename__ = "cloudevent_halves"
+
+    calibrator_id: Mapped[int] = mapped_column(ForeignKey("calibrators.id", ondelete="CASCADE"), primary_key=True)
+    event_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    half: Mapped[str] = mapped_column(String(8))
+    #: The response's scores (one per row, or rows of them); null for a request.
+    scores: Mapped[Any] = mapped_column(JSONType, nullable=True)
+    received_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+
+
 class BucketSums:
     """The sums a monitor bucket keeps: windows add them up, and every metric is read from them."""
 

@@ -82,6 +82,10 @@ class PredictionLog:
         )
         self._pending += len(ids)
 
+    def count_dropped(self, name: str, n: int) -> None:
+        """Count ``n`` predictions of ``name`` dropped before they reached the log (its bound)."""
+        self._on_drop(name, n)
+
     def take(self) -> list[_Entry]:
         entries, self._entries, self._pending = self._entries, [], 0
         return entries

@@ -16,7 +16,8 @@ from sqlalchemy.orm import Session
 
 from .db import transaction
 from .models import CalibratorRow, utcnow
-from .repository import Sessions, _bump_generation, _find
+from .calibrator_rows import bump_generation, find_calibrator
+from .sql import Sessions
 
 
 def store(session: Session, calibrator_id: int, value: dict[str, Any] | None) -> None:
@@ -24,19 +25,19 @@ def store(session: Session, calibrator_id: int, value: dict[str, Any] | None) ->
     row = session.get(CalibratorRow, calibrator_id)
     row.predictor = null() if value is None else value  # SQL NULL, not JSON null
     row.updated_at = utcnow()
-    _bump_generation(session)
+    bump_generation(session)
 
 
 def set_predictor(sessions: Sessions, name: str, value: dict[str, Any] | None) -> None:
     """Store the calibrator's predictor (None: remove it). Raises NotFound."""
     with transaction(sessions) as session:
-        store(session, _find(session, name).id, value)
+        store(session, find_calibrator(session, name).id, value)
 
 
 def get_predictor(sessions: Sessions, name: str) -> dict[str, Any] | None:
     """The calibrator's stored predictor, or None. Raises NotFound."""
     with transaction(sessions) as session:
-        return _find(session, name).predictor
+        return find_calibrator(session, name).predictor
 
 
 def all_predictors(sessions: Sessions) -> dict[str, dict[str, Any]]:

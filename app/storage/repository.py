@@ -17,7 +17,9 @@ from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from . import maturity
+from . import maturity, predictors
+from . import segments as segments_rows
+from .calibrator_rows import bump_generation, find_calibrator
 from .db import transaction
 from .models import CalibratorRow, FeedbackRow, RegistryState, VersionRow, utcnow
 from .sql import NotFound, Sessions  # noqa: F401 (imported from here by the other modules)
@@ -116,17 +118,6 @@ def _calibrator_info(row: CalibratorRow, versions: list[VersionRow] | None = Non
     )
 
 
-def _bump_generation(session: Session) -> None:
-    session.execute(update(RegistryState).where(RegistryState.id == 1).values(generation=RegistryState.generation + 1))
-
-
-def _find(session: Session, name: str) -> CalibratorRow:
-    row = session.scalars(select(CalibratorRow).where(CalibratorRow.name == name)).one_or_none()
-    if row is None:
-        raise NotFound(name)
-    return row
-
-
 def create_version(
     sessions: Sessions,
     *,
@@ -184,18 +175,14 @@ def create_version(
         )
         session.add(row)
         if segments is not None:
-            from .segments import declare
-
-            declare(session, calibrator_id, segments, now)
+            segments_rows.declare(session, calibrator_id, segments, now)
         if predictor is not None:
-            from .predictors import store
-
-            store(session, calibrator_id, predictor)
+            predictors.store(session, calibrator_id, predictor)
         if labels is not None:
             maturity.apply_settings(session, calibrator_id, *labels, now)
         if promote:
             session.execute(update(CalibratorRow).where(CalibratorRow.id == calibrator_id).values(current_version=version))
-            _bump_generation(session)
+            bump_generation(session)
         session.flush()
         calibrator = session.get(CalibratorRow, calibrator_id)
         session.refresh(calibrator)
@@ -205,7 +192,7 @@ def create_version(
 def get_calibrator(sessions: Sessions, name: str) -> CalibratorInfo:
     """The calibrator and all its versions, oldest first."""
     with transaction(sessions) as session:
-        row = _find(session, name)
+        row = find_calibrator(session, name)
         versions = session.scalars(
             select(VersionRow).where(VersionRow.calibrator_id == row.id).order_by(VersionRow.version)
         ).all()
@@ -215,7 +202,7 @@ def get_calibrator(sessions: Sessions, name: str) -> CalibratorInfo:
 def get_version(sessions: Sessions, name: str, version: int | None = None) -> VersionInfo:
     """One version; ``None`` means the current one."""
     with transaction(sessions) as session:
-        calibrator = _find(session, name)
+        calibrator = find_calibrator(session, name)
         if version is None:
             if calibrator.current_version is None:
                 raise NoCurrentVersion(name)
@@ -279,7 +266,7 @@ def _decode_cursor(cursor: str) -> str:
 def promote(sessions: Sessions, name: str, version: int) -> CalibratorInfo:
     """Make ``version`` the one served when a request names none."""
     with transaction(sessions) as session:
-        calibrator = _find(session, name)
+        calibrator = find_calibrator(session, name)
         exists = session.scalar(
             select(func.count()).where(VersionRow.calibrator_id == calibrator.id, VersionRow.version == version)
         )
@@ -287,7 +274,7 @@ def promote(sessions: Sessions, name: str, version: int) -> CalibratorInfo:
             raise NotFound(name, version)
         calibrator.current_version = version
         calibrator.updated_at = utcnow()
-        _bump_generation(session)
+        bump_generation(session)
         session.flush()
         return _calibrator_info(calibrator)
 
@@ -310,13 +297,13 @@ def hold_calibrator(session: Session, calibrator_id: int, exclusive: bool = Fals
 def delete_calibrator(sessions: Sessions, name: str) -> None:
     """Delete the calibrator and, by cascade, all its versions; its feedback (no foreign key) explicitly."""
     with transaction(sessions) as session:
-        calibrator = _find(session, name)
+        calibrator = find_calibrator(session, name)
         # Held first: a feedback write under way commits before its rows are deleted here, and one
         # arriving later finds no calibrator.
         hold_calibrator(session, calibrator.id, exclusive=True)
         session.execute(delete(FeedbackRow).where(FeedbackRow.calibrator_id == calibrator.id))
         session.delete(calibrator)
-        _bump_generation(session)
+        bump_generation(session)
 
 
 def registry_generation(sessions: Sessions) -> int:

@@ -21,16 +21,14 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from ..monitoring import segments as core
-from ..monitoring.drift import DriftTest
 from ..monitoring.segment_drift import SegmentDriftTest, start_mass
-from ..monitoring.windows import COUNT_WINDOWS, SUM_FIELDS, TIME_WINDOWS, WINDOWS, BinSums, FeedbackTerms, window_metrics
-from .monitor_state import sums_of_rows
+from ..monitoring.windows import SUM_FIELDS, BinSums, FeedbackTerms
 from .db import transaction
 from .models import (
     CalibratorRow, SegmentDeclarationRow, SegmentDriftStateRow, SegmentFeedbackRow, SegmentMonitorBucketRow,
     SegmentValueRow, utcnow,
 )
-from .repository import NotFound, Sessions
+from .sql import NotFound, Sessions
 
 def _calibrator_id(session: Session, name: str) -> int:
     calibrator_id = session.scalar(select(CalibratorRow.id).where(CalibratorRow.name == name))
@@ -197,103 +195,6 @@ def _update_drift(session: Session, key: dict, p: np.ndarray, y: np.ndarray, now
     row.log_evalue = float(result.log_evalue)
     row.alpha = float(row.alpha) + alpha * mass
     session.flush()
-
-
-# -- reading -----------------------------------------------------------------------
-def window_sums(
-    sessions: Sessions, calibrator_id: int, version: int, now: datetime | None = None
-) -> dict[tuple[str, str], dict[str, BinSums]]:
-    """Bin sums of every window of every segment of one version, by (dimension, segment)."""
-    now = now or utcnow()
-    out: dict[tuple[str, str], dict[str, BinSums]] = defaultdict(dict)
-    B = SegmentMonitorBucketRow
-    with transaction(sessions) as session:
-        segments = session.execute(
-            select(SegmentDriftStateRow.dimension, SegmentDriftStateRow.segment).where(
-                SegmentDriftStateRow.calibrator_id == calibrator_id, SegmentDriftStateRow.version == version
-            )
-        ).all()
-        for window, length in TIME_WINDOWS.items():
-            rows = session.execute(
-                select(B.dimension, B.segment, B.bin, *(func.sum(getattr(B, f)) for f in SUM_FIELDS))
-                .where(B.calibrator_id == calibrator_id, B.version == version, B.bucket_start > now - length)
-                .group_by(B.dimension, B.segment, B.bin)
-            ).all()
-            grouped: dict[tuple[str, str], list[tuple]] = defaultdict(list)
-            for dimension, segment, *rest in rows:
-                grouped[(dimension, segment)].append(tuple(rest))
-            for key in segments:
-                out[tuple(key)][window] = BinSums.from_rows(grouped.get(tuple(key), []))
-        F = SegmentFeedbackRow
-        for window, limit in COUNT_WINDOWS.items():
-            # The newest ``limit`` rows of each segment, in one query (a window function on both backends).
-            rank = func.row_number().over(partition_by=(F.dimension, F.segment), order_by=F.id.desc()).label("rank")
-            ranked = (
-                select(F.dimension, F.segment, F.probability, F.label, F.probabilities, F.accepted, rank)
-                .where(F.calibrator_id == calibrator_id, F.version == version)
-                .subquery()
-            )
-            rows = session.execute(
-                select(ranked.c.dimension, ranked.c.segment, ranked.c.probability, ranked.c.label,
-                       ranked.c.probabilities, ranked.c.accepted).where(ranked.c.rank <= limit)
-            ).all()
-            grouped = defaultdict(list)
-            for dimension, segment, *rest in rows:
-                grouped[(dimension, segment)].append(tuple(rest))
-            for key in segments:
-                out[tuple(key)][window] = sums_of_rows(grouped.get(tuple(key), []))
-    return dict(out)
-
-
-def _drift_result(state: dict[str, Any]):
-    """The result of a stored segment test, of this design or the earlier one (None: no test yet)."""
-    if SegmentDriftTest.is_state(state):
-        return SegmentDriftTest.from_dict(state).result()
-    return DriftTest.from_dict(state).result() if state else None
-
-
-def drift_states(sessions: Sessions, calibrator_id: int, version: int) -> dict[tuple[str, str], dict[str, Any]]:
-    """Each segment test of a version: alarm, log e-value, its threshold log(1/alpha_j), what it has seen."""
-    with transaction(sessions) as session:
-        rows = session.scalars(
-            select(SegmentDriftStateRow).where(
-                SegmentDriftStateRow.calibrator_id == calibrator_id, SegmentDriftStateRow.version == version
-            )
-        ).all()
-        out = {}
-        for row in rows:
-            result = _drift_result(row.state)
-            out[(row.dimension, row.segment)] = {
-                "alarm": bool(row.alarm),
-                "log_evalue": float(row.log_evalue),
-                "threshold": None if result is None else result.log_threshold,
-                "alpha": float(row.alpha),
-                "samples": 0 if result is None else result.n_samples,
-                "batches": 0 if result is None else result.n_batches,
-                "alarm_batch": None if result is None else result.alarm_batch,
-                "top_alternative": None if result is None else result.top_alternative,
-                "updated_at": row.updated_at,
-            }
-    return out
-
-
-def monitors(sessions: Sessions, calibrator_id: int, version: int, binary: bool, now: datetime | None = None) -> list[dict]:
-    """Every segment's windows and drift test, the worst calibrated (last_10000 ECE) first; time windows
-    end at ``now`` (a calibrator with a label window: where its predictions are mature)."""
-    sums = window_sums(sessions, calibrator_id, version, now)
-    drift = drift_states(sessions, calibrator_id, version)
-    out = [
-        {
-            "dimension": dimension,
-            "segment": segment,
-            "windows": {w: window_metrics(sums[(dimension, segment)][w], binary=binary) for w in WINDOWS},
-            "drift": drift[(dimension, segment)],
-        }
-        for dimension, segment in sorted(drift)
-    ]
-    worst = WINDOWS[-1]
-    out.sort(key=lambda s: -1.0 if s["windows"][worst]["ece"] is None else s["windows"][worst]["ece"], reverse=True)
-    return out
 
 
 def purge(session: Session, oldest: datetime) -> dict[str, int]:

@@ -79,17 +79,43 @@ def init_worker(progress_queue: Any = None, warm_up: Callable[[], None] | None =
         # At normal priority: at SCHED_IDLE, on a busy machine, the warm-up (and so readiness) could wait minutes.
         warm_up()
     lower_priority()
-    try:
-        import ctypes
+    die_with_parent()
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the pool's own shutdown stops the workers
+
+def init_background_worker() -> None:
+    """For a process that does the serving process's background work: it ignores Ctrl-C, runs at
+    nice 10 and dies with the serving process. Not SCHED_IDLE, as fits are: this work holds database
+    locks that requests wait for (a calibrator's maturity row), and a busy machine could starve it
+    while it holds them."""
+    init_side_process()
+    try:
+        os.nice(10)
+    except OSError:  # not permitted here: run at normal priority
         pass
-    # A serving process killed while this worker imported (seconds) died before the signal was
-    # asked for: the worker has been handed to another parent, and would wait for fits for ever.
+
+
+def init_side_process() -> None:
+    """For a process that works for the serving process: Ctrl-C, sent to the whole process group,
+    is the serving process's to handle (a side process that died of it would be started again while
+    the server drains), and it dies with the serving process."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent()
+
+
+def die_with_parent() -> None:
+    """Exit once the serving process is gone, even after ``kill -9``: a thread checks every second.
+    Not PR_SET_PDEATHSIG: that fires when the *thread* that started this process ends, and a pool
+    may be (re)started from a worker thread of the serving process, which ends when idle."""
     parent = multiprocessing.parent_process()
-    if parent is not None and os.getppid() != parent.pid:
-        os._exit(0)
+    if parent is None:
+        return
+    threading.Thread(target=_exit_when_orphaned, args=(parent.pid,), daemon=True, name="orphan watch").start()
+
+
+def _exit_when_orphaned(parent: int) -> None:
+    while os.getppid() == parent:  # reparented once the parent died, even while this process imported
+        time.sleep(1)
+    os._exit(0)
 
 
 def lower_priority() -> None:

@@ -38,6 +38,8 @@ class FitJob:
     #: "arrow": the body is an Arrow IPC stream, and ``fields`` the fit's query parameters.
     table: str | None = None
     max_samples: int | None = None
+    #: CALIBD_MAX_DECODED_BYTES: the most an uploaded table or archive may take decompressed.
+    max_decoded_bytes: int | None = None
     #: Set for asynchronous fits: the worker reports progress under this id.
     job_id: str | None = None
 

@@ -27,28 +27,30 @@ from ..edge import answer_error, asgi_route, json_request, send_json
 from ..observability import count_calibrated
 from ..problems import Problem, input_error
 from ..state import Services
-from ..validation import MAX_ID_LENGTH, MAX_VERSION, check_ids, request_body  # noqa: F401 (MAX_ID_LENGTH: feedback imports it from here)
+from ..validation import MAX_VERSION, check_ids, request_body
 from .schemas import CalibrateRequest, CalibrateResponse
 
 router = APIRouter(tags=["calibrate"])
 
 # Any other field is one of the method's extra arrays (``features``, ...).
 _FIELDS = frozenset({"calibrator", "version", "scores", "ids", "costs"})
+_PLAIN_FIELDS = frozenset({"calibrator", "version", "scores"})
+_VERSION_TYPES = (int, type(None))
 
 
 async def calibrate(scope: Scope, receive: Receive, send: Send) -> None:
     """POST /calibrate, a plain ASGI endpoint (``asgi_route``): key, body, calibration, answer."""
     plain = False
     try:
-        app = scope["app"].state.services
-        data, raw = await json_request(scope, receive, app, "calibrate")
+        services = scope["app"].state.services
+        data, raw = await json_request(scope, receive, services, "calibrate")
         plain = _plain(data)
         if not plain:
             check_depth(raw)
         name, version, scores, ids, arrays = _envelope(data)
         segments = arrays.pop("segments", None)
         loaded, probabilities, extras = await calibrate_batch(
-            app, name, version, scores, ids, arrays, data.get("costs"), segments
+            services, name, version, scores, ids, arrays, data.get("costs"), segments
         )
         body = {"calibrator": name, "version": loaded.version, "probabilities": probabilities, **extras}
         if loaded.classes is not None:
@@ -72,7 +74,7 @@ asgi_route(
 
 
 async def calibrate_batch(
-    app: Services, name: str, version: int | None, scores: object, ids: list[str] | None, arrays: dict, costs: object = None,
+    services: Services, name: str, version: int | None, scores: object, ids: list[str] | None, arrays: dict, costs: object = None,
     segments: object = None,
 ) -> tuple[LoadedCalibrator, np.ndarray, dict]:
     """Calibrate one batch: what /calibrate and the inference protocol's routes share.
@@ -84,10 +86,10 @@ async def calibrate_batch(
     id inherit both) and counts them. Bad input raises a 422 Problem whose
     pointers name /calibrate's fields (``/scores``, ``/ids``, ``/costs``, ...).
     """
-    if isinstance(scores, (list, np.ndarray)) and len(scores) > app.settings.max_batch_scores:
-        limit = app.settings.max_batch_scores
+    if isinstance(scores, (list, np.ndarray)) and len(scores) > services.settings.max_batch_scores:
+        limit = services.settings.max_batch_scores
         raise Problem.invalid("/scores", f"{len(scores)} scores is more than one request may carry ({limit}, CALIBD_MAX_BATCH_SCORES)")
-    loaded = app.store.get(name, version) or await run_in_threadpool(app.store.load, name, version)
+    loaded = await services.calibrator(name, version)
     try:
         # The JSON list as it is to a compiled kernel, else as a float64 array when it is plainly one.
         probabilities = None if arrays else loaded.calibrator.predict_compiled(scores)
@@ -101,9 +103,9 @@ async def calibrate_batch(
         if len(ids) != probabilities.shape[0]:
             raise Problem.invalid("/ids", f"has {len(ids)} entries but scores has {probabilities.shape[0]}")
         logged = scores.tolist() if isinstance(scores, np.ndarray) else scores
-        rows = None if segments is None else await _segment_rows(app, loaded, segments, len(ids))
+        rows = None if segments is None else await _segment_rows(services, loaded, segments, len(ids))
         features = _feature_rows(loaded, arrays.get("features"), len(ids))
-        app.prediction_log.add(
+        services.prediction_log.add(
             loaded.calibrator_id, name, loaded.version, ids, probabilities, extras.get("accepted"), logged, rows, features
         )
     elif segments is not None:
@@ -118,9 +120,9 @@ async def calibrate_batch(
     return loaded, probabilities, extras
 
 
-async def _segment_rows(app: Services, loaded: LoadedCalibrator, segments: object, n: int) -> list[dict[str, str]]:
+async def _segment_rows(services: Services, loaded: LoadedCalibrator, segments: object, n: int) -> list[dict[str, str]]:
     """Checked segment values as one {dimension: value} per prediction (off the path when not sent)."""
-    declared = await run_in_threadpool(segment_store.read_declaration, app.sessions, loaded.calibrator_id)
+    declared = await run_in_threadpool(segment_store.read_declaration, services.sessions, loaded.calibrator_id)
     try:
         columns = check_rows(segments, n, declared)
     except CalibrationInputError as error:
@@ -145,9 +147,9 @@ def _plain(data: dict) -> bool:
     then needs no scan for depth: scores a calibrator accepts are numbers or rows of numbers,
     three levels at most, and scores it refuses are checked for depth then (``_too_deep``)."""
     return (
-        data.keys() <= {"calibrator", "version", "scores"}
+        data.keys() <= _PLAIN_FIELDS
         and type(data.get("calibrator")) is str
-        and type(data.get("version")) in (int, type(None))
+        and type(data.get("version")) in _VERSION_TYPES
     )
 
 
@@ -166,7 +168,8 @@ def _envelope(data: dict) -> tuple[str, int | None, object, list[str] | None, di
     Fields beyond the standard ones are a method's extra arrays (``features``);
     the calibrator rejects names it does not take.
     """
-    arrays = {key: data[key] for key in data.keys() - _FIELDS}
+    extra = data.keys() - _FIELDS
+    arrays = {key: data[key] for key in extra} if extra else {}
     name = data.get("calibrator")
     if not isinstance(name, str):
         raise Problem.invalid("/calibrator", "required: the calibrator's name, a string")

@@ -14,11 +14,13 @@ from typing import Any
 import numpy as np
 
 from ...calibration import CalibrationInputError, fit_calibrator
+from ...config import Settings
 from ...monitoring.label_delay import LabelSettingsError, parse_labels
 from ...monitoring.segments import check_declaration
 from ...workers.pool import worker_progress
 from ...workers.spool import FitJob
 from ..bodies import check_depth, parse_json_object
+from ..limits import RowBudget
 from ..problems import Problem, input_error
 from ..validation import validate
 from .schemas import FitRequest
@@ -36,6 +38,30 @@ def check_job_depth(job: FitJob) -> None:
         check_depth(np.fromfile(job.body_file, dtype=np.uint8))
     if job.fields and "options" in job.fields:
         check_depth(job.fields["options"].encode(errors="surrogatepass"))
+
+
+#: CALIBD_MAX_DECODED_BYTES's default, for jobs made without the setting at hand.
+DEFAULT_DECODED_BYTES = Settings.model_fields["max_decoded_bytes"].default
+
+
+def job_budget(job: FitJob) -> RowBudget | None:
+    """The rows (and decompressed bytes) a fit's body may carry, checked before it is parsed."""
+    if job.max_samples is None:
+        return None
+    return RowBudget(job.max_samples, "CALIBD_MAX_HOLDOUT_ROWS", job.max_decoded_bytes or DEFAULT_DECODED_BYTES)
+
+
+def check_job_rows(job: FitJob) -> None:
+    """Refuse a JSON body with more rows than the budget now, in the serving process (a scan of
+    the raw text, run in a thread), rather than in a worker that runs at the lowest priority.
+    Tables and archives are counted from their metadata where they are read (``parse_job``)."""
+    budget = job_budget(job)
+    if budget is None or job.table is not None:
+        return
+    if job.body_file is not None:
+        budget.check_json_file(job.body_file)
+    elif job.body is not None and len(job.body) >= 2 * budget.rows:  # fewer bytes: fewer commas than rows
+        budget.check_json(job.body)
 
 
 def warm_up() -> None:
@@ -56,7 +82,9 @@ def run_fit(job: FitJob, progress: Callable[[float, str], None] | None = None) -
     if progress is None:
         progress = worker_progress(job.job_id)
     try:
+        parse_started = time.perf_counter()
         fit, holdout, to_problem = parse_job(job)
+        parse_seconds = time.perf_counter() - parse_started
         scores, labels, sample_weight, classes = (
             holdout.pop(key, None) for key in ("scores", "labels", "sample_weight", "classes")
         )
@@ -80,6 +108,8 @@ def run_fit(job: FitJob, progress: Callable[[float, str], None] | None = None) -
             )
         except CalibrationInputError as error:
             raise to_problem(error) from None
+        # reading the body is part of the request's fit time too
+        result.summary["timings"] = {"parse": parse_seconds, **result.summary["timings"]}
         return {
             "result": {
                 "name": fit.name,
@@ -92,7 +122,7 @@ def run_fit(job: FitJob, progress: Callable[[float, str], None] | None = None) -
                 "summary": result.summary,
                 "holdout_sha256": result.holdout_sha256,
                 "n_samples": result.n_samples,
-                "fit_seconds": result.fit_seconds,
+                "fit_seconds": parse_seconds + result.fit_seconds,
                 "segments": segments,
                 "labels": labels_setting,
                 "predictor": None if getattr(fit, "predictor", None) is None else fit.predictor.model_dump(),
@@ -105,14 +135,15 @@ def run_fit(job: FitJob, progress: Callable[[float, str], None] | None = None) -
 
 def parse_job(job: FitJob) -> tuple[FitRequest, dict[str, Any], Callable[[CalibrationInputError], Problem]]:
     """The fit request, its holdout arrays, and where a core error points, for each form of body."""
+    budget = job_budget(job)
     if job.table == "arrow":
-        return parse_arrow_fit(job.fields or {}, job.body_file or job.body or b"")
+        return parse_arrow_fit(job.fields or {}, job.body_file or job.body or b"", budget)
     body = job.body
     if job.body_file is not None:
         with open(job.body_file, "rb") as spooled:
             body = spooled.read()
     if body is None:
-        return parse_upload(job.fields or {}, job.file or b"")
+        return parse_upload(job.fields or {}, job.file or b"", budget)
     fit = validate(FitRequest, parse_json_object(body))
     holdout = {key: getattr(fit.holdout, key) for key in ("scores", "labels", "sample_weight", "classes")}
     holdout |= fit.holdout.model_extra or {}

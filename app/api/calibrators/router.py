@@ -10,16 +10,17 @@ from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
+from ...services import fitting
 from ...storage import repository
 from ...storage.repository import CalibratorInfo
 from ..auth import REQUIRE_ADMIN, REQUIRE_READ
 from ..bodies import media_type
 from ..problems import Problem
 from ..tables import ARROW_STREAM, table_body
-from ..state import services
+from ..state import services_of
 from ..validation import NamePath, VersionPath, json_response, read_json, request_body
-from . import jobs as fit_jobs
-from .fit_job import check_job_depth
+from .jobs import job_out
+from .fit_job import check_job_depth, check_job_rows
 from ...workers.spool import FitJob, spool_json_body, spool_upload
 from .schemas import (
     JobOut,
@@ -34,7 +35,6 @@ from .schemas import (
 )
 from ...services.label_timing import LabelWindow
 from .upload import read_form
-from .versions import fit_and_store, version_out
 
 router = APIRouter(tags=["calibrators"])
 
@@ -48,10 +48,10 @@ def calibrator_out(info: CalibratorInfo) -> dict[str, Any]:
         "latest_version": info.latest_version,
         "created_at": info.created_at,
         "updated_at": info.updated_at,
-        "latest": version_out(latest),
+        "latest": fitting.version_out(latest),
         "labels": LabelWindow(info.label_window_seconds, info.label_missing).as_dict(),
         "versions": [
-            {key: value for key, value in version_out(v).items() if key in _LIST_FIELDS} for v in info.versions
+            {key: value for key, value in fitting.version_out(v).items() if key in _LIST_FIELDS} for v in info.versions
         ],
     }
 
@@ -88,32 +88,38 @@ async def create_calibrator(
     ] = "brief",
 ) -> Response:
     kind = media_type(request.headers)
-    app = services(request)
-    limit = app.settings.max_holdout_rows
+    services = services_of(request)
+    limit = services.settings.max_holdout_rows
     if kind == "multipart/form-data":
-        fields, file = await read_form(request, partial(spool_upload, directory=app.fit_pool.spool_dir))
+        fields, file = await read_form(request, partial(spool_upload, directory=services.fit_pool.spool_dir))
         job = FitJob(fields=fields, file=file, max_samples=limit)
     elif kind in ("application/json", "") or kind.endswith("+json"):
         length = request.headers.get("content-length", "")
-        job = await spool_json_body(request.stream(), int(length) if length.isdigit() else None, limit, app.fit_pool.spool_dir)
+        job = await spool_json_body(request.stream(), int(length) if length.isdigit() else None, limit, services.fit_pool.spool_dir)
     elif kind == ARROW_STREAM:
         fields = {"name": name, "method": method, "input": input, "options": options, "promote": promote}
         length = request.headers.get("content-length", "")
-        job = await spool_json_body(request.stream(), int(length) if length.isdigit() else None, limit, app.fit_pool.spool_dir)
+        job = await spool_json_body(request.stream(), int(length) if length.isdigit() else None, limit, services.fit_pool.spool_dir)
         job = replace(job, table="arrow", fields={key: value for key, value in fields.items() if value is not None})
     else:
         raise Problem(415, f"send application/json, multipart/form-data or {ARROW_STREAM}, not {kind}")
+    job = replace(job, max_decoded_bytes=services.settings.max_decoded_bytes)
+    try:
+        await run_in_threadpool(check_job_rows, job)
+    except BaseException:  # no job to read the spooled body
+        job.discard_spool()
+        raise
     if run_async:
         try:
             await run_in_threadpool(check_job_depth, job)
-            info = await fit_jobs.submit(app, job, brief=detail == "brief")
+            info = await fitting.submit(services, job, brief=detail == "brief")
         except BaseException:  # no job to read the spooled body
             job.discard_spool()
             raise
-        return json_response(fit_jobs.job_out(info), 202, headers={"Location": f"/jobs/{info.id}"})
-    info = await fit_and_store(app, job)
+        return json_response(job_out(info), 202, headers={"Location": f"/jobs/{info.id}"})
+    info = await fitting.fit_and_store(services, job)
     location = f"/calibrators/{info.name}/versions/{info.version}"
-    return json_response(version_out(info, brief=detail == "brief"), 201, headers={"Location": location})
+    return json_response(fitting.version_out(info, brief=detail == "brief"), 201, headers={"Location": location})
 
 
 @router.get("/calibrators", summary="List calibrators, a page at a time", dependencies=[REQUIRE_READ], response_model=CalibratorPage)
@@ -122,7 +128,7 @@ async def list_calibrators(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
 ) -> Response:
-    items, next_cursor = await run_in_threadpool(repository.list_calibrators, services(request).sessions, limit, cursor)
+    items, next_cursor = await run_in_threadpool(repository.list_calibrators, services_of(request).sessions, limit, cursor)
     return json_response({"items": items, "next_cursor": next_cursor})
 
 
@@ -134,7 +140,7 @@ async def list_calibrators(
     responses={404: {}},
 )
 async def get_calibrator(request: Request, name: NamePath) -> Response:
-    info = await run_in_threadpool(repository.get_calibrator, services(request).sessions, name)
+    info = await run_in_threadpool(repository.get_calibrator, services_of(request).sessions, name)
     return json_response(calibrator_out(info))
 
 
@@ -146,8 +152,8 @@ async def get_calibrator(request: Request, name: NamePath) -> Response:
     responses={404: {}},
 )
 async def get_version(request: Request, name: NamePath, version: VersionPath) -> Response:
-    info = await run_in_threadpool(repository.get_version, services(request).sessions, name, version)
-    return json_response(version_out(info, with_parameters=True))
+    info = await run_in_threadpool(repository.get_version, services_of(request).sessions, name, version)
+    return json_response(fitting.version_out(info, with_parameters=True))
 
 
 @router.post(
@@ -160,9 +166,9 @@ async def get_version(request: Request, name: NamePath, version: VersionPath) ->
 )
 async def promote(request: Request, name: NamePath) -> Response:
     body = await read_json(request, PromoteRequest)
-    app = services(request)
-    info = await run_in_threadpool(repository.promote, app.sessions, name, body.version)
-    app.store.set_current(info.name, info.uid, info.current_version)
+    services = services_of(request)
+    info = await run_in_threadpool(repository.promote, services.sessions, name, body.version)
+    services.store.set_current(info.name, info.uid, info.current_version)
     return json_response({"name": info.name, "current_version": info.current_version, "latest_version": info.latest_version})
 
 
@@ -174,7 +180,7 @@ async def promote(request: Request, name: NamePath) -> Response:
     responses={404: {}},
 )
 async def delete_calibrator(request: Request, name: NamePath) -> Response:
-    app = services(request)
-    await run_in_threadpool(repository.delete_calibrator, app.sessions, name)
-    app.store.forget(name)
+    services = services_of(request)
+    await run_in_threadpool(repository.delete_calibrator, services.sessions, name)
+    services.store.forget(name)
     return Response(status_code=204)

@@ -11,6 +11,9 @@ with ``allow_pickle=False``: an upload can never run code.
 from __future__ import annotations
 
 import io
+import math
+import re
+import zipfile
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -20,7 +23,8 @@ from starlette.datastructures import UploadFile
 
 from ...calibration import CalibrationInputError
 from ..bodies import parse_json
-from ..problems import Problem
+from ..limits import RowBudget, TooManyRows, check_csv_rows
+from ..problems import Problem, pointer
 from ..tables import holdout_from_table, is_parquet, read_table
 from ..validation import validate
 from .schemas import FitRequest, Holdout
@@ -59,20 +63,23 @@ def _first_bad_line(rows: str, columns: list[str], numeric: set[str]) -> str:
         if len(fields) != len(columns):
             return f"line {number} has {len(fields)} fields but the header names {len(columns)}"
         for column, field in zip(columns, fields):
-            if column not in numeric:
-                continue
-            try:
-                float(field)
-            except ValueError:
+            if column in numeric and not _NUMBER.fullmatch(field.strip().removeprefix('"').removesuffix('"').strip()):
                 return f"line {number}, column {column}: {field.strip()!r} is not a number"
     return "the file is not a CSV of numbers"
 
 
-def parse_csv(content: bytes) -> dict[str, Any]:
+#: A number as numpy's CSV reader takes it (Python's float() also takes 0.5_0, numpy does not).
+_NUMBER = re.compile(r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf|infinity|nan)", re.IGNORECASE)
+
+
+def parse_csv(content: bytes, budget: RowBudget | None = None) -> dict[str, Any]:
     """Columns of a holdout CSV as arrays, in the shape of ``Holdout``.
 
-    Labels may be numbers or class names; scores and weights must be numbers.
+    Labels may be numbers or class names; scores and weights must be numbers. Fields may be
+    quoted (``"0.5"``), as the header's names may be.
     """
+    if budget is not None:
+        check_csv_rows(content, budget.rows, budget.setting, "/file")
     try:
         text = content.decode("utf-8-sig", errors="strict") if content else ""
     except UnicodeDecodeError as error:
@@ -84,8 +91,8 @@ def parse_csv(content: bytes) -> dict[str, Any]:
     names = list(columns)
     numeric_positions = [i for i, c in enumerate(names) if c != "label"]
     try:
-        table = np.loadtxt(io.StringIO(rows), delimiter=",", dtype=np.float64, ndmin=2, usecols=numeric_positions)
-        labels = np.loadtxt(io.StringIO(rows), delimiter=",", dtype=str, ndmin=1, usecols=columns["label"])
+        table = np.loadtxt(io.StringIO(rows), delimiter=",", dtype=np.float64, ndmin=2, usecols=numeric_positions, quotechar='"')
+        labels = np.loadtxt(io.StringIO(rows), delimiter=",", dtype=str, ndmin=1, usecols=columns["label"], quotechar='"')
     except ValueError:
         raise Problem.invalid("/file", _first_bad_line(rows, names, set(names) - {"label"})) from None
     if rows.count(",") != table.shape[0] * (len(names) - 1):  # a row with too many or too few fields
@@ -104,12 +111,18 @@ def parse_csv(content: bytes) -> dict[str, Any]:
     }
 
 
-def parse_npz(content: bytes) -> dict[str, Any]:
-    """Arrays of an .npz holdout, by their JSON names."""
+def parse_npz(content: bytes, budget: RowBudget | None = None) -> dict[str, Any]:
+    """Arrays of an .npz holdout, by their JSON names; each member's ``.npy`` header is checked
+    (and against ``budget``) before its data is inflated."""
     try:
-        with np.load(io.BytesIO(content), allow_pickle=False) as archive:
-            arrays = {key: archive[key] for key in archive.files}
-    except (ValueError, OSError) as error:
+        with zipfile.ZipFile(io.BytesIO(content)) as archive:
+            for member in archive.infolist():
+                _check_npy_header(archive, member, budget)
+            with np.load(io.BytesIO(content), allow_pickle=False) as loaded:
+                arrays = {key: loaded[key] for key in loaded.files}
+    except Problem:
+        raise
+    except Exception as error:  # noqa: BLE001 - zipfile, zlib and numpy's header parser raise a dozen kinds
         raise Problem.invalid("/file", f"not a readable .npz archive without pickled objects: {error}") from None
     # The angular method's archives name its holdout u_holdout and y_holdout.
     for alias, name in (("u_holdout", "scores"), ("y_holdout", "labels")):
@@ -122,6 +135,39 @@ def parse_npz(content: bytes) -> dict[str, Any]:
         arrays["classes"] = arrays["classes"].tolist()
     arrays.setdefault("sample_weight", None)
     return arrays
+
+
+def _check_npy_header(archive: zipfile.ZipFile, member: zipfile.ZipInfo, budget: RowBudget | None) -> None:
+    """Refuse a member whose header declares a 0-d array, objects, more rows than the budget, or more
+    bytes than it allows (or than the member holds), from the header alone."""
+    name = member.filename[:-4] if member.filename.endswith(".npy") else member.filename
+    at = pointer("file", name)
+    if budget is not None and member.file_size > budget.decoded_bytes + 65_536:
+        raise TooManyRows.decoded(at, member.file_size, budget.decoded_bytes)
+    with archive.open(member) as stream:
+        version = np.lib.format.read_magic(stream)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(stream, max_header_size=_MAX_NPY_HEADER)
+        elif version == (2, 0):
+            shape, _, dtype = np.lib.format.read_array_header_2_0(stream, max_header_size=_MAX_NPY_HEADER)
+        else:
+            raise Problem.invalid(at, f".npy format version {version[0]}.{version[1]} is not supported (1.0 or 2.0)")
+        header_end = stream.tell()
+    if dtype.hasobject:
+        raise Problem.invalid(at, "holds Python objects, which are never loaded (allow_pickle is off)")
+    if not shape:
+        raise Problem.invalid(at, "is a 0-d array; give a 1-d or 2-d array")
+    if budget is not None and shape[0] > budget.rows:
+        raise TooManyRows.rows(at, f"{shape[0]:,}", budget.rows, budget.setting)
+    size = math.prod(shape) * dtype.itemsize
+    if budget is not None and size > budget.decoded_bytes:
+        raise TooManyRows.decoded(at, size, budget.decoded_bytes)
+    if header_end + size > member.file_size:
+        raise Problem.invalid(at, f"its header declares {size:,} bytes of data but the member holds {member.file_size - header_end:,}")
+
+
+#: The longest .npy header read (numpy's own default limit).
+_MAX_NPY_HEADER = 10_000
 
 
 async def read_form(request: Request, spool: Callable[[Any], Awaitable[str | None]] | None = None) -> tuple[dict[str, str], bytes | str]:
@@ -158,22 +204,26 @@ def form_fit_request(fields: dict[str, str]) -> FitRequest:
     return validate(FitRequest, envelope)
 
 
-def parse_upload(fields: dict[str, str], content: bytes | str) -> tuple[FitRequest, dict[str, Any], Callable]:
+def parse_upload(
+    fields: dict[str, str], content: bytes | str, budget: RowBudget | None = None
+) -> tuple[FitRequest, dict[str, Any], Callable]:
     """The fit request, holdout arrays, and the locator of errors in the file, of an upload
-    (``content``: the file's bytes, or the path of a spooled Parquet file)."""
+    (``content``: the file's bytes, or the path of a spooled Parquet file), its rows within ``budget``."""
     fit = form_fit_request(fields)
     if isinstance(content, str) or is_parquet(content):
-        holdout, shape = holdout_from_table(read_table(content, "parquet", ("file",)), ("file",))
+        holdout, shape = holdout_from_table(read_table(content, "parquet", ("file",), budget), ("file",))
         return fit, holdout, shape.error
-    is_npz = content[:4] == b"PK\x03\x04"
-    holdout = parse_npz(content) if is_npz else parse_csv(content)
+    is_npz = content[:2] == b"PK"  # any zip, so that a broken one is read (and refused) as an archive
+    holdout = parse_npz(content, budget) if is_npz else parse_csv(content, budget)
     return fit, holdout, npz_input_error if is_npz else csv_input_error
 
 
-def parse_arrow_fit(fields: dict[str, str], source: bytes | str) -> tuple[FitRequest, dict[str, Any], Callable]:
+def parse_arrow_fit(
+    fields: dict[str, str], source: bytes | str, budget: RowBudget | None = None
+) -> tuple[FitRequest, dict[str, Any], Callable]:
     """A fit sent as an Arrow IPC stream, its fields as query parameters; errors point at columns (``/score/3``)."""
     fit = form_fit_request(fields)
-    holdout, shape = holdout_from_table(read_table(source, "arrow", ()), ())
+    holdout, shape = holdout_from_table(read_table(source, "arrow", (), budget), ())
     return fit, holdout, shape.error
 
 

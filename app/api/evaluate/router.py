@@ -16,8 +16,11 @@ from starlette.responses import Response
 
 from ...calibration import CalibrationInputError
 from ...metrics import evaluate as evaluate_metrics
+from ..bodies import parse_json_object, require_json
+from ..limits import RowBudget
 from ..problems import Problem, input_error
-from ..validation import json_body, json_response, request_body
+from ..state import services_of
+from ..validation import json_response, request_body
 from .schemas import EvaluateRequest, EvaluateResponse
 from ..auth import REQUIRE_READ
 
@@ -37,7 +40,12 @@ MAX_BOOTSTRAP_ROWS = 10_000_000
     responses={200: {"model": EvaluateResponse}, 400: {}, 413: {}, 415: {}, 422: {}},
 )
 async def evaluate(request: Request) -> Response:
-    data = await json_body(request)
+    require_json(request.headers)
+    raw = await request.body()
+    settings = services_of(request).settings
+    budget = RowBudget(settings.max_holdout_rows, "CALIBD_MAX_HOLDOUT_ROWS", settings.max_decoded_bytes)
+    await budget.check_json_body(raw)  # before a Python value is made of it
+    data = parse_json_object(raw)
     unknown = data.keys() - _FIELDS
     if unknown:
         raise Problem.invalid(f"/{sorted(unknown)[0]}", "unknown field")

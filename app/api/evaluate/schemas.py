@@ -142,6 +142,11 @@ class EcceOut(BaseModel):
     ecce: float = Field(description="Tygert's estimated cumulative calibration error (range of the cumulative differences)")
     sigma: float | None = Field(description="ECCE over its standard deviation under calibration; null where infinite")
     p_value: float
+    mde: float | None = Field(
+        default=None,
+        description="minimum detectable error: 5 standard deviations of this segment's ECCE under calibration (MCGrad's mde); "
+        "an ECCE below it cannot be told from noise in a segment this size",
+    )
 
 
 class MulticalibrationOut(BaseModel):
@@ -151,6 +156,10 @@ class MulticalibrationOut(BaseModel):
     mce_p_value: float = Field(description="the smallest segment p-value (not adjusted for multiplicity)")
     n_segments: int
     segments: list[EcceOut] = Field(description="MCGrad's order: all rows, then each column's values, pairs, ...")
+    worst: list[EcceOut] = Field(
+        default_factory=list,
+        description="up to 10 segments ranked by evidence of miscalibration (largest sigma first, ties: more rows), not by raw ECCE",
+    )
     params: dict[str, Any]
 
 

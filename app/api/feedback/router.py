@@ -17,13 +17,13 @@ from ...services.errors import InvalidRequest
 from ...services.feedback import FeedbackRequest as FeedbackInput
 from ...services.feedback import JoinCounts
 from ...storage import pending_labels
-from ...storage.cache import LoadedCalibrator
 from ..bodies import parse_json_object, require_json
+from ..limits import RowBudget
 from ..observability import FEEDBACK, FEEDBACK_DUPLICATES, FEEDBACK_UNMATCHED
 from ..problems import Problem, input_error
 from ..tables import feedback_request, read_table_request, table_body
-from ..state import Services, services
-from ..validation import MAX_VERSION, NamePath, json_response, request_body, validate
+from ..state import services_of
+from ..validation import MAX_VERSION, NamePath, json_body, json_response, request_body, validate
 from ..calibrators.schemas import LabelsOut
 from .schemas import FeedbackReceipt, FeedbackRequest, FeedbackUpload, LabelsIn, MonitorOut, UnmatchedLabelsOut
 from ..auth import REQUIRE_ADMIN, REQUIRE_FEEDBACK, REQUIRE_READ
@@ -44,8 +44,6 @@ def count_joins(counts: JoinCounts) -> None:
             FEEDBACK_UNMATCHED.labels(name).inc(n)
 
 
-async def resolve(app: Services, name: str, version: int | None) -> LoadedCalibrator:
-    return app.store.get(name, version) or await run_in_threadpool(app.store.load, name, version)
 
 
 @router.post(
@@ -62,16 +60,20 @@ async def record_feedback(
     calibrator: Annotated[str | None, Query(description="with an Arrow IPC stream body: the calibrator", max_length=200)] = None,
     version: Annotated[int | None, Query(ge=1, le=MAX_VERSION, description="with an Arrow IPC stream body: the version")] = None,
 ) -> Response:
-    table = await read_table_request(request)
+    settings = services_of(request).settings
+    budget = RowBudget(settings.max_feedback_rows, "CALIBD_MAX_FEEDBACK_ROWS", settings.max_decoded_bytes)
+    table = await read_table_request(request, budget)
     if table is None:
         require_json(request.headers)
-        body = validate(FeedbackRequest, parse_json_object(await request.body()))
+        raw = await request.body()
+        await budget.check_json_body(raw)  # before a Python value is made of it
+        body = validate(FeedbackRequest, parse_json_object(raw))
         locate = lambda error: input_error(error, ())  # noqa: E731
     else:
         body, locate = feedback_request(*table)
     try:
         receipt = await run_in_threadpool(
-            feedback_service.record, services(request), FeedbackInput.of(body), idempotency_key
+            feedback_service.record, services_of(request), FeedbackInput.of(body), idempotency_key
         )
     except InvalidRequest as error:
         raise Problem.invalid(error.pointer, error.detail) from None
@@ -97,9 +99,9 @@ async def record_feedback(
 async def unmatched_labels(
     request: Request, name: NamePath, limit: Annotated[int, Query(ge=1, le=10_000)] = 100
 ) -> Response:
-    app = services(request)
-    found = await run_in_threadpool(pending_labels.listing, app.sessions, name, limit)
-    grace = app.settings.pending_label_grace_seconds
+    services = services_of(request)
+    found = await run_in_threadpool(pending_labels.listing, services.sessions, name, limit)
+    grace = services.settings.pending_label_grace_seconds
     return json_response({"calibrator": name, "grace_seconds": grace} | found)
 
 
@@ -113,12 +115,12 @@ async def unmatched_labels(
 async def monitor(
     request: Request, name: NamePath, version: Annotated[int | None, Query(ge=1, le=MAX_VERSION)] = None
 ) -> Response:
-    app = services(request)
-    loaded = await resolve(app, name, version)
+    services = services_of(request)
+    loaded = await services.calibrator(name, version)
 
     answer = await run_in_threadpool(
-        monitoring_service.monitor, app.sessions, loaded.calibrator_id, loaded.version, loaded.n_classes == 2,
-        app.settings.monitor_alpha,
+        monitoring_service.monitor, services.sessions, loaded.calibrator_id, loaded.version, loaded.n_classes == 2,
+        services.settings.monitor_alpha, name=name,
     )
     return json_response({"calibrator": name, "version": loaded.version} | answer)
 
@@ -137,11 +139,10 @@ async def monitor(
     responses={404: {}, 415: {}, 422: {}},
 )
 async def put_labels(request: Request, name: NamePath) -> Response:
-    require_json(request.headers)
-    data = parse_json_object(await request.body())
+    data = await json_body(request)
     try:
         labels = LabelWindow.parse(data, at="")
     except InvalidRequest as error:
         raise Problem.invalid(error.pointer or "/", error.detail) from None
-    answer = await run_in_threadpool(label_timing.set_labels, services(request), name, labels)
+    answer = await run_in_threadpool(label_timing.set_labels, services_of(request), name, labels)
     return json_response(answer)

@@ -23,7 +23,7 @@ from ...storage.cache import LoadedCalibrator
 from ...storage.repository import NotFound
 from ..calibrate.router import calibrate_batch
 from ..problems import Problem
-from ..state import Services, resolve_calibrator
+from ..state import Services
 from ..validation import MAX_VERSION, check_ids
 from .tensors import FLOATS, TensorError, as_tensor
 
@@ -64,10 +64,10 @@ def _extras(calibrator: Any) -> list[str]:
     return []
 
 
-async def model_metadata(app: Services, name: str, version: int | None) -> dict[str, Any]:
+async def model_metadata(services: Services, name: str, version: int | None) -> dict[str, Any]:
     """The model's versions, inputs and outputs (of the version named, else the current one)."""
-    info = await run_in_threadpool(repository.get_calibrator, app.sessions, name)
-    loaded = await resolve_calibrator(app, name, version)
+    info = await run_in_threadpool(repository.get_calibrator, services.sessions, name)
+    loaded = await services.calibrator(name, version)
     calibrator = loaded.calibrator
     binary = loaded.n_classes == 2 and "binary" in calibrator.tasks  # else rows: multiclass or multivariate
     columns = [-1] if binary else [-1, calibrator.n_columns_]
@@ -90,10 +90,10 @@ async def model_metadata(app: Services, name: str, version: int | None) -> dict[
     }
 
 
-async def model_ready(app: Services, name: str, version: int | None) -> bool:
+async def model_ready(services: Services, name: str, version: int | None) -> bool:
     """Whether the version (else the current one) can be served; an unknown model raises NotFound."""
     try:
-        await resolve_calibrator(app, name, version)
+        await services.calibrator(name, version)
     except NotFound:
         raise
     except LookupError:  # no current version
@@ -109,7 +109,7 @@ def _text_ids(value: Any, where: str) -> list[str]:
 
 
 async def infer(
-    app: Services,
+    services: Services,
     name: str,
     version: int | None,
     inputs: list[Input],
@@ -146,7 +146,7 @@ async def infer(
         arrays[array.name] = array.value
     if ids is not None:
         check_ids(ids)
-    loaded, probabilities, extras = await calibrate_batch(app, name, version, scores.value, ids, arrays, costs)
+    loaded, probabilities, extras = await calibrate_batch(services, name, version, scores.value, ids, arrays, costs)
     outputs = [("probabilities", probabilities)]
     outputs += [(key, as_tensor(value)) for key, value in extras.items()]
     return loaded, outputs

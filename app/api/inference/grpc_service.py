@@ -13,7 +13,6 @@ import logging
 from typing import Any
 
 import grpc
-import numpy as np
 import orjson
 from fastapi import FastAPI
 

@@ -77,6 +77,8 @@ def read_inputs(data: dict[str, Any], binary: memoryview | None) -> list[core.In
         shape = check_shape(tensor.get("shape"), where)
         size = object_field(tensor, "parameters", where).get("binary_data_size")
         if size is not None:
+            if "data" in tensor:
+                raise TensorError(where + "/data", "give either data or parameters.binary_data_size, not both")
             if binary is None or type(size) is not int or size < 0 or offset + size > len(binary):
                 raise TensorError(where + "/parameters/binary_data_size", "points past the binary data of the body")
             value = from_bytes(binary[offset : offset + size], datatype, shape, where)

@@ -23,7 +23,7 @@ from ..auth import authorize, bearer_token, require
 from ..edge import answer_error, asgi_route, read_body, send_json
 from ..health import readiness_problem
 from ..problems import Problem
-from ..state import Services, resolve_calibrator, services
+from ..state import Services, services_of
 from ..validation import json_response, request_body
 from . import core, transformer
 from .rest_codec import Answer, json_inputs, object_field, read_inputs, request_parameters, respond, split_body
@@ -64,17 +64,17 @@ def _path(*names: str) -> dict[str, Any]:
 async def infer(scope: Scope, receive: Receive, send: Send) -> None:
     """POST /v2/models/{name}[/versions/{version}]/infer: key, body, calibration (or the predictor), answer."""
     try:
-        app = scope["app"].state.services
+        services = scope["app"].state.services
         authorization = header_length = None
         for key, value in scope["headers"]:
             if key == b"authorization":
                 authorization = value.decode("latin-1")
             elif key == b"inference-header-content-length":
                 header_length = value.decode("latin-1")
-        authorize(app.keyring, bearer_token(authorization), ("calibrate",))
-        body = await read_body(receive, app.settings.max_body_bytes)
+        authorize(services.keyring, bearer_token(authorization), ("calibrate",))
+        body = await read_body(receive, services.settings.max_body_bytes)
         parameters = scope["path_params"]
-        payload, length = await _infer(scope["app"], app, body, header_length, parameters["name"], parameters.get("version"))
+        payload, length = await _infer(scope["app"], services, body, header_length, parameters["name"], parameters.get("version"))
     except Exception as error:
         await answer_error(scope, receive, send, error)
         return
@@ -99,16 +99,16 @@ for _path_template, _summary, _parameters in (
 
 
 async def _infer(
-    fastapi_app: Any, app: Services, body: bytes, header_length: str | None, name: str, version: str | None
+    fastapi_app: Any, services: Services, body: bytes, header_length: str | None, name: str, version: str | None
 ) -> Answer:
     data, binary = split_body(body, header_length)
     number = core.parse_version(version)
     ids, costs = request_parameters(data)
     if not _has_scores(data):
-        predictor = await transformer.predictor_for(app, name)
+        predictor = await transformer.predictor_for(services, name)
         if predictor is not None:
             return await _transform(fastapi_app, predictor, name, number, data, binary, ids, costs)
-    loaded, outputs = await core.infer(app, name, number, read_inputs(data, binary), ids, costs)
+    loaded, outputs = await core.infer(services, name, number, read_inputs(data, binary), ids, costs)
     return respond(data, name, str(loaded.version), outputs)
 
 
@@ -119,7 +119,7 @@ async def live() -> Response:
 
 @router.get("/health/ready", summary="Readiness (v2): database reachable, migrations at head", responses={200: {"model": Ready}, 503: {}})
 async def ready(request: Request) -> Response:
-    problem = await readiness_problem(services(request))
+    problem = await readiness_problem(services_of(request))
     if problem is not None:
         raise problem
     return json_response({"ready": True})
@@ -132,12 +132,12 @@ async def server_metadata() -> Response:
 
 @router.get("/models/{name}", dependencies=[REQUIRE_METADATA], summary="Model metadata (v2)", responses=METADATA)
 async def model_metadata(request: Request, name: str) -> Response:
-    return json_response(await core.model_metadata(services(request), name, None))
+    return json_response(await core.model_metadata(services_of(request), name, None))
 
 
 @router.get("/models/{name}/versions/{version}", dependencies=[REQUIRE_METADATA], summary="Model version metadata (v2)", responses=METADATA)
 async def model_version_metadata(request: Request, name: str, version: str) -> Response:
-    return json_response(await core.model_metadata(services(request), name, core.parse_version(version)))
+    return json_response(await core.model_metadata(services_of(request), name, core.parse_version(version)))
 
 
 @router.get("/models/{name}/ready", dependencies=[REQUIRE_METADATA], summary="Model readiness (v2)", responses=READY)
@@ -151,7 +151,7 @@ async def model_version_ready(request: Request, name: str, version: str) -> Resp
 
 
 async def _ready(request: Request, name: str, version: str | None) -> Response:
-    if not await core.model_ready(services(request), name, core.parse_version(version)):
+    if not await core.model_ready(services_of(request), name, core.parse_version(version)):
         raise Problem(409, f"calibrator {name!r} has no current version; promote one or name a version")
     return json_response({"name": name, "ready": True})
 
@@ -177,8 +177,8 @@ async def _transform(
     costs: Any,
 ) -> Answer:
     """Transformer mode: the predictor answers the caller's request, calibd calibrates its output."""
-    app = fastapi_app.state.services
-    loaded = await resolve_calibrator(app, name, version)  # an unknown calibrator is a 404 before any forwarding
+    services = fastapi_app.state.services
+    loaded = await services.calibrator(name, version)  # an unknown calibrator is a 404 before any forwarding
     forwarded = {key: value for key, value in data.items() if key != "outputs"}
     # calibd's own parameters stay here; outputs come back as JSON (calibd encodes its own as asked)
     parameters = {k: v for k, v in object_field(data, "parameters", "").items() if k not in ("ids", "costs", "binary_data_output")}
@@ -207,6 +207,6 @@ async def _transform(
     binary_scores = loaded.n_classes == 2 and "binary" in loaded.calibrator.tasks
     scores = transformer.scores_for(loaded.n_classes, binary_scores, raw)
     scores_input = core.Input("scores", "FP64", scores.shape, scores)
-    loaded, outputs = await core.infer(app, name, version, [scores_input], ids, costs)
+    loaded, outputs = await core.infer(services, name, version, [scores_input], ids, costs)
     passthrough = [(tensor, blob) for tensor, blob in passthrough if tensor.get("name") != "probabilities"]
     return respond(data, name, str(loaded.version), outputs, passthrough)

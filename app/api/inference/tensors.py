@@ -111,6 +111,11 @@ def from_json(data: Any, datatype: str, shape: tuple[int, ...], where: str) -> A
         if packed is not None and packed.shape == shape:
             return packed.astype(np.float32).astype(np.float64) if datatype == "FP32" else packed
         if datatype == "FP64" and len(shape) == 1 and len(data) == shape[0] and (not data or type(data[0]) is not list):
+            # kept as a list for the calibrators' fast path, but a boolean is refused here (400) as in
+            # every other tensor, not by the calibrator (422)
+            at = next((i for i, value in enumerate(data) if type(value) is bool), None)
+            if at is not None:
+                raise TensorError(f"{where}/data/{at}", f"{NOT_A_BOOLEAN} ({datatype})")
             return data
     try:
         array = np.asarray(data, dtype=np.float64 if datatype in FLOATS else DTYPES[datatype])

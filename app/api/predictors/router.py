@@ -14,10 +14,12 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from ...config import Settings
-from ...storage import predictors as predictor_store
+from ...services import predictors as predictor_service
+from ...services.errors import InvalidRequest
 from ..auth import REQUIRE_ADMIN, REQUIRE_READ
 from ..inference.transformer import choose
-from ..state import services
+from ..problems import Problem
+from ..state import services_of
 from ..validation import NamePath, json_response, read_json, request_body
 from .schemas import PredictorIn, PredictorOut
 
@@ -39,9 +41,9 @@ def _out(settings: Settings, name: str, stored: dict[str, Any] | None) -> dict[s
     responses={404: {}},
 )
 async def get_predictor(request: Request, name: NamePath) -> Response:
-    app = services(request)
-    stored = await run_in_threadpool(predictor_store.get_predictor, app.sessions, name)
-    return json_response(_out(app.settings, name, stored))
+    services = services_of(request)
+    stored = await run_in_threadpool(predictor_service.get_predictor, services, name)
+    return json_response(_out(services.settings, name, stored))
 
 
 @router.put(
@@ -51,7 +53,8 @@ async def get_predictor(request: Request, name: NamePath) -> Response:
     description=(
         'url: http(s)://host[:port][/prefix] (REST) or grpc://host:port (gRPC); model: its name on the '
         "predictor (default: the calibrator's); output: the output to calibrate (default: CALIBD_PREDICTOR_OUTPUT). "
-        "Takes precedence over CALIBD_PREDICTORS and CALIBD_PREDICTOR_URL."
+        "Takes precedence over CALIBD_PREDICTORS and CALIBD_PREDICTOR_URL. The URL's host must be allowed by "
+        "CALIBD_PREDICTOR_ALLOW (else 422 at /url)."
     ),
     openapi_extra=request_body(("application/json", PredictorIn)),
     response_model=PredictorOut,
@@ -74,7 +77,9 @@ async def delete_predictor(request: Request, name: NamePath) -> Response:
 
 
 async def _store(request: Request, name: str, value: dict[str, Any] | None) -> Response:
-    app = services(request)
-    await run_in_threadpool(predictor_store.set_predictor, app.sessions, name, value)
-    app.store.set_predictor(name, value)
-    return json_response(_out(app.settings, name, value))
+    services = services_of(request)
+    try:
+        await run_in_threadpool(predictor_service.set_predictor, services, name, value)
+    except InvalidRequest as error:
+        raise Problem.invalid(error.pointer, error.detail) from None
+    return json_response(_out(services.settings, name, value))

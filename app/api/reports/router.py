@@ -12,15 +12,13 @@ from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from ...monitoring.windows import window_metrics
 from ...reporting import render_diagram, render_page
 from ...services import monitoring as monitoring_service
-from ...storage import monitor_state
 from ...storage import recalibration as recalibration_store
 from ...storage import repository
 from ..auth import REQUIRE_READ
 from ..problems import Problem
-from ..state import Services, services
+from ..state import Services, services_of
 from ..validation import NamePath, json_response
 
 router = APIRouter(tags=["reports"])
@@ -28,20 +26,18 @@ router = APIRouter(tags=["reports"])
 MEDIA = {"png": "image/png", "svg": "image/svg+xml", "html": "text/html; charset=utf-8"}
 
 
-def build_report(app: Services, name: str, version: int | None, hours: int) -> dict[str, Any]:
+def build_report(services: Services, name: str, version: int | None, hours: int) -> dict[str, Any]:
     """The report's data: what the json format returns and the other formats draw."""
-    info = repository.get_version(app.sessions, name, version)
+    info = repository.get_version(services.sessions, name, version)
     if "holdout" not in info.summary:
         raise Problem(409, f"version {info.version} has no holdout diagram (fitted by an older calibd); refit to report on it")
-    calibrator = repository.get_calibrator(app.sessions, name)
+    calibrator = repository.get_calibrator(services.sessions, name)
     binary = info.n_classes == 2
-    monitor = monitoring_service.monitor(app.sessions, info.calibrator_id, info.version, binary, app.settings.monitor_alpha)
-    end = monitor["labels"]["matured_through"] if monitor["labels"]["window"] is not None else None
-    history = [
-        {"hour": hour, **window_metrics(hour_sums, binary)}
-        for hour, hour_sums in monitor_state.hourly_history(app.sessions, info.calibrator_id, info.version, hours, end)
-    ]
-    loop = recalibration_store.get_state(app.sessions, name)
+    # One snapshot: the windows, drift tests, segments and history agree with each other.
+    monitor = monitoring_service.monitor(
+        services.sessions, info.calibrator_id, info.version, binary, services.settings.monitor_alpha, history_hours=hours, name=name
+    )
+    loop = recalibration_store.get_state(services.sessions, name)
     return {
         "calibrator": name,
         "version": info.version,
@@ -56,7 +52,7 @@ def build_report(app: Services, name: str, version: int | None, hours: int) -> d
         "holdout": info.summary["holdout"],
         "feedback": {
             "windows": monitor["windows"],
-            "history": history,
+            "history": monitor["history"],
             "drift": monitor["drift"],
             "segments": monitor["segments"],
             "labels": monitor["labels"],
@@ -90,8 +86,8 @@ async def report(
     format: Annotated[Literal["json", "png", "svg", "html"], Query()] = "json",
     hours: Annotated[int, Query(ge=1, le=24 * 30, description="feedback history to include")] = 48,
 ) -> Response:
-    app = services(request)
-    data = await run_in_threadpool(build_report, app, name, version, hours)
+    services = services_of(request)
+    data = await run_in_threadpool(build_report, services, name, version, hours)
     if format == "json":
         return json_response(data)
     if format == "html":

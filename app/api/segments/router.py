@@ -11,7 +11,7 @@ from ...monitoring.segments import OTHER, check_declaration
 from ...storage import segments as segment_store
 from ..auth import REQUIRE_ADMIN, REQUIRE_READ
 from ..problems import input_error
-from ..state import services
+from ..state import services_of
 from ..validation import NamePath, json_body, json_response, request_body
 from .schemas import SegmentDeclaration, SegmentsOut
 
@@ -31,7 +31,7 @@ def _out(sessions, name: str) -> dict:
     responses={404: {}},
 )
 async def get_segments(request: Request, name: NamePath) -> Response:
-    return json_response(await run_in_threadpool(_out, services(request).sessions, name))
+    return json_response(await run_in_threadpool(_out, services_of(request).sessions, name))
 
 
 @router.put(
@@ -55,7 +55,7 @@ async def put_segments(request: Request, name: NamePath) -> Response:
         # The body is the declaration: its fields point at the top level (/dimensions/0).
         error.field = error.field.partition(".")[2] or error.field
         raise input_error(error, ()) from None
-    sessions = services(request).sessions
+    sessions = services_of(request).sessions
 
     def write() -> dict:
         segment_store.set_declaration(sessions, name, declared)

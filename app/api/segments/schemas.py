@@ -36,3 +36,8 @@ class SegmentMonitorOut(BaseModel):
     segment: str
     windows: dict[str, dict[str, float | None]]
     drift: SegmentDriftOut
+    evidence: dict[str, str | float | None] | None = Field(
+        default=None,
+        description="what ranks the list: the window's ECE over its noise (sigma = ece / sqrt(brier / samples)) and the "
+        "minimum detectable error (5 x that noise); the strongest evidence first",
+    )

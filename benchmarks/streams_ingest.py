@@ -1,0 +1,427 @@
+"""Labels from a Redis stream against POST /feedback, and KServe's payload logger route (issue 33).
+
+    .venv/bin/python benchmarks/streams_ingest.py [--runs 3] [--batches 20] [--pairs 2000] [--clients 4] [--latency-requests 1000]
+        [--cloudevents-only] [--floor] [--pin] [--profile DIR]
+
+A `calibd serve` process (one uvicorn worker, auth on) on a fresh schema of the local PostgreSQL
+(CALIBD_BENCH_POSTGRES_URL) and the local Redis (CALIBD_BENCH_REDIS_URL, default 127.0.0.1:6379).
+
+* Stream against HTTP, the same rows: ``--batches`` batches of 5,000 self-contained labels
+  ({"calibrator", "probabilities", "labels"}). POST /feedback: one client posts them in turn, rows
+  per second from the first request to the last 202. The stream: `calibd consume` is started
+  and waits on an empty stream; the batches are added (one message each, XADD in one pipeline)
+  and rows per second run from the first XADD until the group has read and acknowledged every
+  message (XINFO GROUPS: lag 0, pending 0), that is, until every row is committed. The two run
+  back to back, their order alternating between runs.
+* POST /cloudevents: ``--pairs`` request/response pairs, shaped as KServe's logger sends them
+  (tests/test_cloudevents.py), from ``--clients`` concurrent clients; against /calibrate with
+  ids, one row per request, as many requests from as many clients, in the same run.
+* /calibrate's p99 (100 scores, one client, ``--latency-requests`` requests) idle, and while a
+  process of its own posts CloudEvents pairs flat out from ``--clients`` threads.
+
+``--cloudevents-only`` skips the stream comparison (the CloudEvents figures alone, a shorter run).
+``--floor`` also times /calibrate while the load posts the same events to /benchmark/cloudevents-floor,
+which takes them as /cloudevents does (edge, key, headers, body read) and answers 202 unparsed and unpaired:
+the part of the p99 any route answering each event over HTTP in this process costs.
+``--pin`` puts the logger's load on CPU 1, the server and this process (the /calibrate client) on CPU 0.
+``--profile DIR`` records the server with py-spy (when installed) while the logger load runs, one
+flame graph per run in DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import CALIBD, Server, Target, fmt_rate, machine, median, pinned, postgres_available, postgres_schema, write_results  # noqa: E402
+
+BATCH = 5_000
+REDIS_URL = os.environ.get("CALIBD_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def post_feedback(server: Server, bodies: list[bytes]) -> float:
+    import httpx
+
+    started = time.perf_counter()
+    with httpx.Client(base_url=server.url, headers={**server.headers, "Content-Type": "application/json"}, timeout=120) as http:
+        for body in bodies:
+            answer = http.post("/feedback", content=body)
+            if answer.status_code != 202 or answer.json()["count"] != BATCH:
+                raise RuntimeError(f"/feedback: {answer.status_code} {answer.text[:300]}")
+    return time.perf_counter() - started
+
+
+def consume_stream(server: Server, redis_client, bodies: list[bytes]) -> float:
+    stream = f"calibd-bench:{uuid.uuid4().hex}"
+    consumer = subprocess.Popen(
+        [CALIBD, "consume", "--redis", REDIS_URL, "--stream", stream, "--group", "g", "--url", server.url],
+        env={**os.environ, "CALIBD_API_KEY": server.key}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (redis_client.exists(stream) and redis_client.xinfo_groups(stream)):  # the consumer is up
+            if consumer.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"calibd consume did not start: {consumer.stderr.read().decode()[-2000:]}")
+            time.sleep(0.05)
+        time.sleep(0.5)
+        started = time.perf_counter()
+        pipe = redis_client.pipeline(transaction=False)
+        for body in bodies:
+            pipe.xadd(stream, {"data": body})
+        pipe.execute()
+        while True:
+            (group,) = redis_client.xinfo_groups(stream)
+            if group["entries-read"] == len(bodies) and group["pending"] == 0:
+                break
+            if consumer.poll() is not None or time.perf_counter() - started > 600:
+                raise RuntimeError(f"calibd consume stopped: {consumer.stderr.read().decode()[-2000:]}")
+            time.sleep(0.01)
+        seconds = time.perf_counter() - started
+        if redis_client.xlen(f"{stream}:dead-letter"):
+            raise RuntimeError("messages went to the dead-letter stream")
+        return seconds
+    finally:
+        consumer.terminate()
+        consumer.wait(timeout=30)
+        redis_client.delete(stream, f"{stream}:dead-letter")
+
+
+def cloudevent(ce_id: str, kind: str, service: str, p: float) -> tuple[dict[str, str], bytes]:
+    """Headers and body as KServe's logger sends them (pkg/logger/worker.go)."""
+    headers = {
+        "ce-id": ce_id, "ce-type": f"org.kubeflow.serving.inference.{kind}", "ce-source": "http://localhost:9081/",
+        "ce-specversion": "1.0", "ce-time": "2026-01-01T00:00:00Z", "content-type": "application/json",
+        "ce-inferenceservicename": service, "ce-namespace": "default", "ce-component": "predictor", "ce-endpoint": "",
+        "ce-metadata": "{}", "ce-recordedtime": "2026-01-01T00:00:00Z",
+    }
+    if kind == "request":
+        body = {"inputs": [{"name": "input-0", "shape": [1, 4], "datatype": "FP32", "data": [[6.8, 2.8, 4.8, 1.4]]}]}
+    else:
+        body = {"model_name": service, "id": ce_id,
+                "outputs": [{"name": "predict_proba", "shape": [1, 2], "datatype": "FP64", "data": [1 - p, p]}]}
+    return headers, json.dumps(body).encode()
+
+
+def timed_posts(server: Server, requests: list[tuple[str, dict[str, str], bytes]], clients: int, status: int) -> float:
+    """Every (path, headers, body) posted, shared among ``clients`` in order; seconds."""
+    import httpx
+
+    shares = [requests[i::clients] for i in range(clients)]
+
+    def run(share: list) -> None:
+        with httpx.Client(base_url=server.url, headers=server.headers, timeout=120) as http:
+            for path, headers, body in share:
+                answer = http.post(path, headers=headers, content=body)
+                if answer.status_code != status:
+                    raise RuntimeError(f"{path}: {answer.status_code} {answer.text[:300]}")
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(run, shares))
+    return time.perf_counter() - started
+
+
+def calibrate_latencies(server: Server, requests: int) -> list[float]:
+    """Seconds of each of ``requests`` sequential /calibrate requests (100 scores), one client."""
+    import httpx
+
+    body = orjson.dumps({"calibrator": "ids", "scores": np.linspace(0.01, 0.99, 100).tolist()})
+    seconds = []
+    with httpx.Client(base_url=server.url, headers={**server.headers, "Content-Type": "application/json"}, timeout=60) as http:
+        for _ in range(requests):
+            started = time.perf_counter()
+            answer = http.post("/calibrate", content=body)
+            seconds.append(time.perf_counter() - started)
+            if answer.status_code != 200:
+                raise RuntimeError(f"/calibrate: {answer.status_code} {answer.text[:300]}")
+    return seconds
+
+
+def logger_load(url: str, key: str, clients: int, stop_file: str, path: str = "/cloudevents") -> None:
+    """A process of its own posting CloudEvents pairs to ``path`` flat out from ``clients`` threads until
+    ``stop_file`` exists; then writes when each post was answered (time.perf_counter, the system's monotonic
+    clock) to ``stop_file``.npy."""
+    import httpx
+
+    answered: list[list[float]] = [[] for _ in range(clients)]
+
+    def run(worker: int) -> None:
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as http:
+            i = 0
+            while not os.path.exists(stop_file):
+                ce_id = f"load-{worker}-{i}-{uuid.uuid4().hex[:8]}"
+                for kind in ("request", "response"):
+                    headers, body = cloudevent(ce_id, kind, "ce", 0.4)
+                    http.post(path, headers=headers, content=body)
+                    answered[worker].append(time.perf_counter())
+                i += 1
+
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(run, range(clients)))
+    np.save(stop_file + ".npy", np.sort(np.concatenate([np.asarray(times) for times in answered])))
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of process ``pid`` (its threads included), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def under_load(server: Server, args, run: int, path: str, rates: dict, prefix: str) -> None:
+    """/calibrate's p99 while a process of its own posts CloudEvents pairs to ``path`` at its full rate; the
+    load's rate, and the share of a core the server and the load's process took meanwhile."""
+    stop_file = str(server.tmp / f"stop-{run}-{prefix}")
+    load = subprocess.Popen(pinned([sys.executable, __file__, "--logger-load", server.url, server.key, str(args.clients),
+                                    stop_file, path], "1" if args.pin else None))
+    profiler = None
+    try:
+        time.sleep(2.0)
+        if args.profile:
+            Path(args.profile).mkdir(parents=True, exist_ok=True)
+            profiler = subprocess.Popen(
+                [str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(server.process.pid), "--rate", "200",
+                 "--format", "raw", "--output", f"{args.profile}/{prefix}run{run + 1}.txt", "--nonblocking"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        me = threading.get_native_id()  # the /calibrate client's thread
+        waits_before = runqueue_seconds(server.process.pid), runqueue_seconds(os.getpid(), me)
+        cpu_before = cpu_seconds(server.process.pid), cpu_seconds(load.pid), time.perf_counter()
+        rates[prefix + "loaded_p99"].append(p99(calibrate_latencies(server, args.latency_requests)))
+        cpu_after = cpu_seconds(server.process.pid), cpu_seconds(load.pid), time.perf_counter()
+        waits_after = runqueue_seconds(server.process.pid), runqueue_seconds(os.getpid(), me)
+    finally:
+        if profiler is not None:
+            profiler.send_signal(signal.SIGINT)
+            profiler.wait(timeout=60)
+        Path(stop_file).touch()
+        load.wait(timeout=60)
+    # The load's rate, the server's CPU per event (the /calibrate requests' share included), while timed.
+    answered = np.load(stop_file + ".npy")
+    wall = cpu_after[2] - cpu_before[2]
+    rates[prefix + "load_rate"].append(np.count_nonzero((answered >= cpu_before[2]) & (answered <= cpu_after[2])) / wall)
+    rates[prefix + "server_cpu"].append((cpu_after[0] - cpu_before[0]) / wall)
+    rates[prefix + "load_cpu"].append((cpu_after[1] - cpu_before[1]) / wall)
+    rates[prefix + "cpu_per_event"].append((cpu_after[0] - cpu_before[0]) / (rates[prefix + "load_rate"][-1] * wall))
+    rates[prefix + "p99_ratio"].append(rates[prefix + "loaded_p99"][-1] / rates["idle_p99"][-1])
+    # How long the server's event loop and the /calibrate client waited for a CPU, a millisecond a second.
+    rates[prefix + "server_wait"].append((waits_after[0] - waits_before[0]) / wall * 1e3)
+    rates[prefix + "client_wait"].append((waits_after[1] - waits_before[1]) / wall * 1e3)
+
+
+def runqueue_seconds(pid: int, tid: int | None = None) -> float:
+    """Seconds thread ``tid`` of ``pid`` (its main thread by default) has waited, runnable, for a CPU
+    (/proc schedstat's second field)."""
+    return int(Path(f"/proc/{pid}/task/{tid or pid}/schedstat").read_text().split()[1]) / 1e9
+
+
+def p99(seconds: list[float]) -> float:
+    return float(np.percentile(seconds, 99))
+
+
+def cloudevents_section(args, rates: dict, started_machine: str) -> list[str]:
+    """The --cloudevents-only run's section: a subsection of the issue-33 one."""
+
+    def each(key: str, fmt) -> str:
+        return ", ".join(fmt(r) for r in rates[key])
+
+    ms, ratio, rate = (lambda r: f"{r * 1e3:.1f}"), (lambda r: f"{r:.2f}"), (lambda r: f"{r:,.0f}")
+    us = lambda r: f"{r * 1e6:.0f}"  # noqa: E731
+    options = " --floor" * args.floor + " --pin" * args.pin
+    lines = [
+        "### /calibrate p99 under the payload logger's full rate, and its floor",
+        "",
+        f"`benchmarks/streams_ingest.py --cloudevents-only{options} --runs {args.runs} --pairs {args.pairs} "
+        f"--clients {args.clients} --latency-requests {args.latency_requests}`; {started_machine}. One uvicorn worker "
+        f"(auth on), PostgreSQL on the same machine; " + (
+            "the logger's load on CPU 1, the server and the /calibrate client on CPU 0. " if args.pin else
+            "nothing pinned (as the section above). ") +
+        "/calibrate: 100 scores, one client, one request at a time. Load: a process of its own, "
+        f"{args.clients} threads posting CloudEvents pairs flat out. Medians over runs, each run's figures in brackets.",
+        "",
+        "| | /calibrate p99 | over idle, same run | load's rate (events/s) | server CPU an event (us) "
+        "| waits for a CPU, ms a second: server's loop / /calibrate client |",
+        "|---|---:|---:|---:|---:|---:|",
+        f"| idle | {ms(median(rates['idle_p99']))} ms ({each('idle_p99', ms)}) | | | "
+        f"| {median(rates['idle_server_wait']):.0f} / {median(rates['idle_client_wait']):.0f} |",
+        f"| the logger posting to POST /cloudevents | **{ms(median(rates['loaded_p99']))} ms** ({each('loaded_p99', ms)}) "
+        f"| **{ratio(median(rates['p99_ratio']))}x** ({each('p99_ratio', ratio)}) | {rate(median(rates['load_rate']))} "
+        f"({each('load_rate', rate)}) | {us(median(rates['cpu_per_event']))} ({each('cpu_per_event', us)}) "
+        f"| {median(rates['server_wait']):.0f} / {median(rates['client_wait']):.0f} |",
+    ]
+    if args.floor:
+        lines.append(
+            f"| the same load posting to the floor route (202, body unread) | {ms(median(rates['floor_loaded_p99']))} ms "
+            f"({each('floor_loaded_p99', ms)}) | {ratio(median(rates['floor_p99_ratio']))}x ({each('floor_p99_ratio', ratio)}) "
+            f"| {rate(median(rates['floor_load_rate']))} ({each('floor_load_rate', rate)}) "
+            f"| {us(median(rates['floor_cpu_per_event']))} ({each('floor_cpu_per_event', us)}) "
+            f"| {median(rates['floor_server_wait']):.0f} / {median(rates['floor_client_wait']):.0f} |")
+    target = median(rates["p99_ratio"])
+    lines += ["", f"Target (issue 33): /calibrate p99 under the logger at most 1.5x idle: "
+                  f"**{'met' if target <= 1.5 else 'NOT met'}** ({ratio(target)}x). The server's CPU an event includes "
+                  "its share of the /calibrate requests timed meanwhile."]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--logger-load":
+        logger_load(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6])
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--batches", type=int, default=20, help="batches of 5,000 labels per run (default 20)")
+    parser.add_argument("--pairs", type=int, default=2000, help="CloudEvents request/response pairs per run")
+    parser.add_argument("--clients", type=int, default=4, help="concurrent clients for the CloudEvents comparison")
+    parser.add_argument("--latency-requests", type=int, default=1000, help="/calibrate requests timed idle and under the logger")
+    parser.add_argument("--cloudevents-only", action="store_true", help="skip the Redis stream against /feedback comparison")
+    parser.add_argument("--floor", action="store_true",
+                        help="also /calibrate's p99 while the load posts to the benchmark floor route (202 unread)")
+    parser.add_argument("--pin", action="store_true",
+                        help="the logger's load on CPU 1, the server and the /calibrate client on CPU 0 (PostgreSQL unpinned)")
+    parser.add_argument("--profile", metavar="DIR", help="py-spy record the server under the logger load, into DIR")
+    args = parser.parse_args(argv)
+    import redis
+
+    redis_client = redis.Redis.from_url(REDIS_URL)
+    if not postgres_available():
+        print("PostgreSQL unreachable: streams_ingest not run", file=sys.stderr)
+        return 1
+    redis_client.ping()
+    rng = np.random.default_rng(0)
+    started_machine = machine()
+    rates: dict[str, list[float]] = {"http": [], "stream": [], "ratio": [], "ce": [], "calibrate": [], "ce_ratio": [],
+                                     "idle_p99": [], "loaded_p99": [], "p99_ratio": [], "load_rate": [], "cpu_per_event": [],
+                                     "server_cpu": [], "load_cpu": [], "floor_loaded_p99": [], "floor_p99_ratio": [],
+                                     "floor_load_rate": [], "floor_cpu_per_event": [], "floor_server_cpu": [], "floor_load_cpu": [],
+                                     "server_wait": [], "client_wait": [], "floor_server_wait": [], "floor_client_wait": [],
+                                     "idle_server_wait": [], "idle_client_wait": []}
+    if args.pin:
+        os.sched_setaffinity(0, {0})
+    with postgres_schema() as url, Server(database_url=url, cpus="0" if args.pin else None) as server:
+        s = rng.random(20_000)
+        for name in ("http", "stream", "ce", "ids"):
+            server.fit(name, "platt", s, (rng.random(s.shape[0]) < s).astype(int))
+        for run in range(args.runs):
+            if not args.cloudevents_only:
+                batches = []
+                for _ in range(args.batches):
+                    p = rng.random(BATCH)
+                    batches.append((p.tolist(), (rng.random(BATCH) < p).astype(int).tolist()))
+                for step in (("http", "stream") if run % 2 == 0 else ("stream", "http")):
+                    bodies = [orjson.dumps({"calibrator": step, "probabilities": p, "labels": y}) for p, y in batches]
+                    seconds = post_feedback(server, bodies) if step == "http" else consume_stream(server, redis_client, bodies)
+                    rates[step].append(args.batches * BATCH / seconds)
+                rates["ratio"].append(rates["stream"][-1] / rates["http"][-1])
+
+            scores = rng.random(args.pairs)
+            ids = [str(uuid.uuid4()) for _ in range(args.pairs)]
+            events = [("/cloudevents", *cloudevent(ids[i], kind, "ce", float(scores[i])))
+                      for i in range(args.pairs) for kind in ("request", "response")]
+            # The same number of requests to /calibrate, one row each, with an id.
+            calls = [("/calibrate", {"Content-Type": "application/json"},
+                      orjson.dumps({"calibrator": "ids", "scores": [float(scores[i // 2])], "ids": [f"{ids[i // 2]}-{i % 2}"]}))
+                     for i in range(2 * args.pairs)]
+            for step in (("ce", "calibrate") if run % 2 == 0 else ("calibrate", "ce")):
+                if step == "ce":
+                    rates["ce"].append(len(events) / timed_posts(server, events, args.clients, 202))
+                else:
+                    rates["calibrate"].append(len(calls) / timed_posts(server, calls, args.clients, 200))
+            rates["ce_ratio"].append(rates["ce"][-1] / rates["calibrate"][-1])
+            # /calibrate's p99, idle and while a process of its own posts CloudEvents at its full rate.
+            me, started = threading.get_native_id(), time.perf_counter()
+            waits = runqueue_seconds(server.process.pid), runqueue_seconds(os.getpid(), me)
+            rates["idle_p99"].append(p99(calibrate_latencies(server, args.latency_requests)))
+            wall = time.perf_counter() - started
+            rates["idle_server_wait"].append((runqueue_seconds(server.process.pid) - waits[0]) / wall * 1e3)
+            rates["idle_client_wait"].append((runqueue_seconds(os.getpid(), me) - waits[1]) / wall * 1e3)
+            # The floor first in even runs, last in odd ones (--floor).
+            for path in (("/benchmark/cloudevents-floor", "/cloudevents") if run % 2 == 0 else ("/cloudevents", "/benchmark/cloudevents-floor")):
+                if path == "/cloudevents":
+                    under_load(server, args, run, path, rates, "")
+                elif args.floor:
+                    under_load(server, args, run, path, rates, "floor_")
+            streams = "" if args.cloudevents_only else (
+                f"/feedback {rates['http'][-1]:,.0f} rows/s, stream {rates['stream'][-1]:,.0f} rows/s ({rates['ratio'][-1]:.2f}x); ")
+            print(f"  run {run + 1}: {streams}/cloudevents {rates['ce'][-1]:,.0f} events/s, "
+                  f"/calibrate one row {rates['calibrate'][-1]:,.0f} requests/s; /calibrate p99 {rates['idle_p99'][-1] * 1e3:.1f} ms idle, "
+                  f"{rates['loaded_p99'][-1] * 1e3:.1f} ms under the logger ({rates['load_rate'][-1]:,.0f} events/s; server "
+                  f"{rates['server_cpu'][-1]:.0%} of a core, {rates['cpu_per_event'][-1] * 1e6:.0f} us CPU an event; "
+                  f"logger process {rates['load_cpu'][-1]:.0%}; waits for a CPU, ms a second, server/client: idle "
+                  f"{rates['idle_server_wait'][-1]:.0f}/{rates['idle_client_wait'][-1]:.0f}, loaded "
+                  f"{rates['server_wait'][-1]:.0f}/{rates['client_wait'][-1]:.0f})" + (
+                      f"; {rates['floor_loaded_p99'][-1] * 1e3:.1f} ms under the floor route ({rates['floor_load_rate'][-1]:,.0f} "
+                      f"events/s; server {rates['floor_server_cpu'][-1]:.0%}, {rates['floor_cpu_per_event'][-1] * 1e6:.0f} us an event)"
+                      if args.floor else ""), file=sys.stderr, flush=True)
+
+    if args.cloudevents_only:
+        write_results("streams_ingest_cloudevents", "\n".join(cloudevents_section(args, rates, started_machine)), [])
+        print("\n".join(cloudevents_section(args, rates, started_machine)))
+        return 0
+    http_rate, stream_rate, ratio = median(rates["http"]), median(rates["stream"]), median(rates["ratio"])
+    ce_rate, calibrate_rate, ce_ratio = median(rates["ce"]), median(rates["calibrate"]), median(rates["ce_ratio"])
+    idle_p99, loaded_p99, p99_ratio = median(rates["idle_p99"]), median(rates["loaded_p99"]), median(rates["p99_ratio"])
+
+    def each(key: str, fmt=fmt_rate) -> str:
+        return ", ".join(fmt(r) for r in rates[key])
+
+    lines = [
+        "## Labels from Redis Streams, and KServe's payload logger (issue 33)",
+        "",
+        f"`benchmarks/streams_ingest.py --runs {args.runs} --batches {args.batches} --pairs {args.pairs} "
+        f"--clients {args.clients}`; {started_machine}. One uvicorn worker (auth on), PostgreSQL and Redis on the same "
+        "machine. Medians over runs, each run's figures in brackets; the two sides of each comparison run back to "
+        "back in the same run, their order alternating.",
+        "",
+        "| what | figure (each run) | baseline, same run (each run) | ratio (each run) | target |",
+        "|---|---:|---:|---:|---|",
+        f"| `calibd consume`: rows from XADD to committed and acknowledged, batches of 5,000 (one message each) | "
+        f"**{fmt_rate(stream_rate)} rows/s** ({each('stream')}) | POST /feedback, the same rows, one client: "
+        f"{fmt_rate(http_rate)} rows/s ({each('http')}) | **{ratio:.2f}x** ({each('ratio', lambda r: f'{r:.2f}')}) "
+        f"| >= 0.8x: {'met' if ratio >= 0.8 else 'NOT met'} |",
+        f"| POST /cloudevents: events (request and response halves, {args.clients} clients) | "
+        f"**{fmt_rate(ce_rate)} events/s** ({each('ce')}), {fmt_rate(ce_rate / 2)} pairs/s | /calibrate with ids, "
+        f"one row per request, as many requests: {fmt_rate(calibrate_rate)} requests/s ({each('calibrate')}) "
+        f"| {ce_ratio:.2f}x ({each('ce_ratio', lambda r: f'{r:.2f}')}) | |",
+        f"| /calibrate p99 (100 scores, one client, {args.latency_requests} requests) while {args.clients} clients in a "
+        f"process of their own post CloudEvents pairs flat out | **{loaded_p99 * 1e3:.1f} ms** "
+        f"({each('loaded_p99', lambda r: f'{r * 1e3:.1f}')}) | idle: {idle_p99 * 1e3:.1f} ms "
+        f"({each('idle_p99', lambda r: f'{r * 1e3:.1f}')}) | **{p99_ratio:.2f}x** ({each('p99_ratio', lambda r: f'{r:.2f}')}) "
+        f"| <= 1.5x: {'met' if p99_ratio <= 1.5 else 'NOT met'} |",
+    ]
+    if args.floor:
+        floor_p99, floor_ratio = median(rates["floor_loaded_p99"]), median(rates["floor_p99_ratio"])
+        lines.append(
+            f"| the same, the load posting to the floor route (202 with the body unread: edge, key, headers; "
+            f"{fmt_rate(median(rates['floor_load_rate']))} events/s) | {floor_p99 * 1e3:.1f} ms "
+            f"({each('floor_loaded_p99', lambda r: f'{r * 1e3:.1f}')}) | idle: {idle_p99 * 1e3:.1f} ms | {floor_ratio:.2f}x "
+            f"({each('floor_p99_ratio', lambda r: f'{r:.2f}')}) | what any route answering each event over HTTP costs |")
+    lines += [
+        "",
+        "The logger's load shares the one uvicorn worker (and the machine's two cores) with /calibrate.",
+    ]
+    targets = [
+        Target("33a", "calibd consume (Redis Streams to committed, batches of 5,000) over POST /feedback, same rows",
+               f"{fmt_rate(stream_rate)} rows/s", f"{fmt_rate(http_rate)} rows/s (POST /feedback)", ratio, ">= 0.8x",
+               ratio >= 0.8, "same run, order alternating"),
+        Target("33b", "/calibrate p99 while KServe's logger posts CloudEvents at its full rate, over idle",
+               f"{loaded_p99 * 1e3:.1f} ms", f"{idle_p99 * 1e3:.1f} ms (idle)", p99_ratio, "<= 1.5x", p99_ratio <= 1.5,
+               f"{args.clients} logger clients, one uvicorn worker"),
+    ]
+    write_results("streams_ingest", "\n".join(lines), targets)
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
