@@ -63,11 +63,11 @@ from sklearn.preprocessing import StandardScaler  # noqa: E402
 
 from calibd.calibration.bernstein import (  # noqa: E402
     BernsteinCalibrator,
-    _single_thread_blas,
     grid_pairs,
     gram,
     solve_monotone_qp,
 )
+from calibd.calibration._threads import single_threaded_blas  # noqa: E402
 from calibd.calibration.isotonic import IsotonicCalibrator  # noqa: E402
 from calibd.metrics import brier, ece  # noqa: E402
 
@@ -335,7 +335,7 @@ def solver_comparison(data: dict) -> None:
             return 0.5 * x @ hess @ x - lin @ x
 
         def ours():
-            with _single_thread_blas():
+            with single_threaded_blas():
                 return solve_monotone_qp(hess, lin, k, 2)[0]
 
         def ldp_nnls():
@@ -366,7 +366,7 @@ def solver_comparison(data: dict) -> None:
         candidates.append(("SciPy SLSQP", slsqp, 1))
         found = []
         for name, fn, repeats in candidates:
-            with _single_thread_blas():  # the same BLAS setting for every solver
+            with single_threaded_blas():  # the same BLAS setting for every solver
                 wall, _ = timed(fn, repeats)
                 found.append((name, wall, objective(fn())))
         best = min(v for _, _, v in found)

@@ -13,9 +13,7 @@ nested lists and Adam can treat them uniformly.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -93,37 +91,3 @@ class Adam:
             v *= self.beta2
             v += (1.0 - self.beta2) * (g * g)
             p -= rate * m / (np.sqrt(v) + self.eps)
-
-
-_blas_lock = threading.Lock()
-_blas_users = 0
-_blas_limiter = None
-
-
-@contextmanager
-def single_threaded_blas() -> Iterator[None]:
-    """Run the block with BLAS limited to one thread (process-wide, restored afterwards).
-
-    The selector's matrix products are small (a batch of 128 rows by a few dozen
-    units): threaded BLAS only adds synchronisation, which on a busy 2-core machine
-    made training ten times slower. Overlapping fits in several threads share one
-    limit, restored when the last of them ends.
-    """
-    global _blas_users, _blas_limiter
-    with _blas_lock:
-        if _blas_users == 0:
-            try:
-                from threadpoolctl import threadpool_limits
-
-                _blas_limiter = threadpool_limits(limits=1, user_api="blas")
-            except Exception:  # threadpoolctl missing or unable to act: run as is
-                _blas_limiter = None
-        _blas_users += 1
-    try:
-        yield
-    finally:
-        with _blas_lock:
-            _blas_users -= 1
-            if _blas_users == 0 and _blas_limiter is not None:
-                _blas_limiter.restore_original_limits()
-                _blas_limiter = None

@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..metrics import log_loss
-from ._mlp import single_threaded_blas
+from ._threads import single_threaded_blas
 from ..inputs import CalibrationInputError
 from .base import Calibrator
 from .validation import ArraySpec, n_classes_of

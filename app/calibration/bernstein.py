@@ -89,10 +89,7 @@ importable): at these sizes OpenBLAS's threads cost more than they save (docs/me
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -104,6 +101,7 @@ from .base import Calibrator
 from .validation import check_holdout, encode_labels
 from .crossfit import stratified_folds
 from .isotonic import interp_by_ratio
+from ._threads import single_threaded_blas
 
 #: The most classifier scores per row.
 MAX_SCORES = 4
@@ -129,38 +127,6 @@ _BLOCK_ELEMENTS = 1 << 20
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
-# -- BLAS threads -------------------------------------------------------------
-_blas_lock = threading.Lock()
-_blas_depth = 0
-_blas_limit: Any = None
-_blas_controller: Any = None
-
-
-@contextlib.contextmanager
-def _single_thread_blas() -> Iterator[None]:
-    """Limit BLAS to one thread while any fit is running (process-wide, reference counted)."""
-    global _blas_depth, _blas_limit, _blas_controller
-    with _blas_lock:
-        if _blas_depth == 0:
-            try:
-                if _blas_controller is None:
-                    from threadpoolctl import ThreadpoolController
-
-                    _blas_controller = ThreadpoolController()
-                _blas_limit = _blas_controller.limit(limits=1, user_api="blas")
-            except Exception:  # threadpoolctl missing or failing: run as is
-                _blas_limit = None
-        _blas_depth += 1
-    try:
-        yield
-    finally:
-        with _blas_lock:
-            _blas_depth -= 1
-            if _blas_depth == 0 and _blas_limit is not None:
-                _blas_limit.restore_original_limits()
-                _blas_limit = None
 
 
 # -- the score map ---------------------------------------------------------------
@@ -605,7 +571,7 @@ class BernsteinCalibrator(Calibrator):
             scores = scores[:, None]
         m = scores.shape[1]
         candidates = self.candidate_degrees(m)
-        with _single_thread_blas():
+        with single_threaded_blas():
             xs, us = [], []
             for j in range(m):
                 x, u = ecdf_knots(scores[:, j], weights, int(self.max_knots))

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..metrics import brier, ece
 from . import _mlp
+from ._threads import single_threaded_blas
 from ._multiclass import MAX_TEMPERATURE, MIN_TEMPERATURE, as_logits
 from ..inputs import CalibrationInputError
 from .base import Calibrator
@@ -298,7 +299,7 @@ class SelectiveCalibrator(Calibrator):
     # -- fitting --------------------------------------------------------------------------
     def _fit(self, scores: np.ndarray, labels: np.ndarray, weights: np.ndarray, features: np.ndarray | None = None) -> None:
         self.guard_ = None  # set by the cross-fitted summary (fit_calibrator)
-        with _mlp.single_threaded_blas():
+        with single_threaded_blas():
             self._fit_selective(scores, labels, weights, features)
 
     def _fit_selective(self, scores: np.ndarray, labels: np.ndarray, weights: np.ndarray, features: np.ndarray | None) -> None:
