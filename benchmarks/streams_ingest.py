@@ -1,7 +1,7 @@
 """Labels from a Redis stream against POST /feedback, and KServe's payload logger route (issue 33).
 
     .venv/bin/python benchmarks/streams_ingest.py [--runs 3] [--batches 20] [--pairs 2000] [--clients 4] [--latency-requests 1000]
-        [--cloudevents-only] [--floor] [--pin] [--profile DIR]
+        [--cloudevents-only] [--floor] [--pin] [--load python|wrk] [--paced MS,MS] [--profile DIR]
 
 A `calibd serve` process (one uvicorn worker, auth on) on a fresh schema of the local PostgreSQL
 (CALIBD_BENCH_POSTGRES_URL) and the local Redis (CALIBD_BENCH_REDIS_URL, default 127.0.0.1:6379).
@@ -24,6 +24,11 @@ A `calibd serve` process (one uvicorn worker, auth on) on a fresh schema of the 
 which takes them as /cloudevents does (edge, key, headers, body read) and answers 202 unparsed and unpaired:
 the part of the p99 any route answering each event over HTTP in this process costs.
 ``--pin`` puts the logger's load on CPU 1, the server and this process (the /calibrate client) on CPU 0.
+``--load wrk`` posts the logger's load with wrk (benchmarks/cloudevents_logger.lua, ``--clients``
+connections, one thread) in place of a Python process: KServe's logger is a Go agent beside the
+model, whose own CPU per event is far below a Python client's. ``--paced 8,4,2,1`` adds the logger
+paced below its full rate (each connection waits that many ms between an answer and its next
+request): /calibrate's p99 against the rate at which the model's predictions are logged.
 ``--profile DIR`` records the server with py-spy (when installed) while the logger load runs, one
 flame graph per run in DIR.
 """
@@ -39,6 +44,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -174,18 +180,43 @@ def logger_load(url: str, key: str, clients: int, stop_file: str, path: str = "/
     np.save(stop_file + ".npy", np.sort(np.concatenate([np.asarray(times) for times in answered])))
 
 
+LOGGER_SCRIPT = Path(__file__).resolve().parent / "cloudevents_logger.lua"
+
+
+def wrk_load(url: str, key: str, clients: int, path: str, cpus: str | None, delay_ms: int = 0) -> subprocess.Popen:
+    """wrk posting CloudEvents pairs to ``path`` on ``clients`` connections, each waiting ``delay_ms``
+    between an answer and its next request (0: flat out), until it is sent SIGINT (then it prints its
+    summary: requests, seconds, non-2xx answers)."""
+    prefix = f"wrk-{uuid.uuid4().hex[:8]}"
+    command = ["wrk", "-t1", f"-c{clients}", "-d3600s", "-s", str(LOGGER_SCRIPT), url, "--", path, key, prefix, str(delay_ms)]
+    return subprocess.Popen(pinned(command, cpus), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def wrk_rate(output: str) -> float:
+    """Requests per second from wrk's summary; raises if any answer was not 2xx."""
+    if "Non-2xx" in output:
+        raise RuntimeError(f"the logger's load got errors:\n{output}")
+    for line in output.splitlines():
+        if line.startswith("Requests/sec:"):
+            return float(line.split()[1])
+    raise RuntimeError(f"no wrk summary:\n{output}")
+
+
 def cpu_seconds(pid: int) -> float:
     """User and system CPU seconds of process ``pid`` (its threads included), from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def under_load(server: Server, args, run: int, path: str, rates: dict, prefix: str) -> None:
+def under_load(server: Server, args, run: int, path: str, rates: dict, prefix: str, delay_ms: int = 0) -> None:
     """/calibrate's p99 while a process of its own posts CloudEvents pairs to ``path`` at its full rate; the
     load's rate, and the share of a core the server and the load's process took meanwhile."""
     stop_file = str(server.tmp / f"stop-{run}-{prefix}")
-    load = subprocess.Popen(pinned([sys.executable, __file__, "--logger-load", server.url, server.key, str(args.clients),
-                                    stop_file, path], "1" if args.pin else None))
+    if args.load == "wrk":
+        load = wrk_load(server.url, server.key, args.clients, path, "1" if args.pin else None, delay_ms)
+    else:
+        load = subprocess.Popen(pinned([sys.executable, __file__, "--logger-load", server.url, server.key, str(args.clients),
+                                        stop_file, path], "1" if args.pin else None))
     profiler = None
     try:
         time.sleep(2.0)
@@ -205,12 +236,18 @@ def under_load(server: Server, args, run: int, path: str, rates: dict, prefix: s
         if profiler is not None:
             profiler.send_signal(signal.SIGINT)
             profiler.wait(timeout=60)
-        Path(stop_file).touch()
-        load.wait(timeout=60)
+        if args.load == "wrk":
+            load.send_signal(signal.SIGINT)
+        else:
+            Path(stop_file).touch()
+        output, _ = load.communicate(timeout=60)
     # The load's rate, the server's CPU per event (the /calibrate requests' share included), while timed.
-    answered = np.load(stop_file + ".npy")
     wall = cpu_after[2] - cpu_before[2]
-    rates[prefix + "load_rate"].append(np.count_nonzero((answered >= cpu_before[2]) & (answered <= cpu_after[2])) / wall)
+    if args.load == "wrk":  # over wrk's whole run, which starts 2 s before the timing and stops after it
+        rates[prefix + "load_rate"].append(wrk_rate(output))
+    else:
+        answered = np.load(stop_file + ".npy")
+        rates[prefix + "load_rate"].append(np.count_nonzero((answered >= cpu_before[2]) & (answered <= cpu_after[2])) / wall)
     rates[prefix + "server_cpu"].append((cpu_after[0] - cpu_before[0]) / wall)
     rates[prefix + "load_cpu"].append((cpu_after[1] - cpu_before[1]) / wall)
     rates[prefix + "cpu_per_event"].append((cpu_after[0] - cpu_before[0]) / (rates[prefix + "load_rate"][-1] * wall))
@@ -238,7 +275,8 @@ def cloudevents_section(args, rates: dict, started_machine: str) -> list[str]:
 
     ms, ratio, rate = (lambda r: f"{r * 1e3:.1f}"), (lambda r: f"{r:.2f}"), (lambda r: f"{r:,.0f}")
     us = lambda r: f"{r * 1e6:.0f}"  # noqa: E731
-    options = " --floor" * args.floor + " --pin" * args.pin
+    options = " --floor" * args.floor + " --pin" * args.pin + (" --load wrk" if args.load == "wrk" else "") + (
+        f" --paced {','.join(map(str, args.paced_delays))}" if args.paced_delays else "")
     lines = [
         "### /calibrate p99 under the payload logger's full rate, and its floor",
         "",
@@ -247,8 +285,11 @@ def cloudevents_section(args, rates: dict, started_machine: str) -> list[str]:
         f"(auth on), PostgreSQL on the same machine; " + (
             "the logger's load on CPU 1, the server and the /calibrate client on CPU 0. " if args.pin else
             "nothing pinned (as the section above). ") +
-        "/calibrate: 100 scores, one client, one request at a time. Load: a process of its own, "
-        f"{args.clients} threads posting CloudEvents pairs flat out. Medians over runs, each run's figures in brackets.",
+        "/calibrate: 100 scores, one client, one request at a time. Load: " + (
+            f"wrk (benchmarks/cloudevents_logger.lua), {args.clients} connections posting CloudEvents pairs flat out"
+            if args.load == "wrk" else
+            f"a process of its own, {args.clients} threads posting CloudEvents pairs flat out") +
+        ". Medians over runs, each run's figures in brackets.",
         "",
         "| | /calibrate p99 | over idle, same run | load's rate (events/s) | server CPU an event (us) "
         "| waits for a CPU, ms a second: server's loop / /calibrate client |",
@@ -267,6 +308,15 @@ def cloudevents_section(args, rates: dict, started_machine: str) -> list[str]:
             f"| {rate(median(rates['floor_load_rate']))} ({each('floor_load_rate', rate)}) "
             f"| {us(median(rates['floor_cpu_per_event']))} ({each('floor_cpu_per_event', us)}) "
             f"| {median(rates['floor_server_wait']):.0f} / {median(rates['floor_client_wait']):.0f} |")
+    for delay_ms in args.paced_delays:
+        key = f"paced{delay_ms}_"
+        lines.append(
+            f"| the logger paced: {args.clients} connections, each {delay_ms} ms between an answer and its next request "
+            f"| {ms(median(rates[key + 'loaded_p99']))} ms ({each(key + 'loaded_p99', ms)}) "
+            f"| {ratio(median(rates[key + 'p99_ratio']))}x ({each(key + 'p99_ratio', ratio)}) "
+            f"| {rate(median(rates[key + 'load_rate']))} ({each(key + 'load_rate', rate)}) "
+            f"| {us(median(rates[key + 'cpu_per_event']))} ({each(key + 'cpu_per_event', us)}) "
+            f"| {median(rates[key + 'server_wait']):.0f} / {median(rates[key + 'client_wait']):.0f} |")
     target = median(rates["p99_ratio"])
     lines += ["", f"Target (issue 33): /calibrate p99 under the logger at most 1.5x idle: "
                   f"**{'met' if target <= 1.5 else 'NOT met'}** ({ratio(target)}x). The server's CPU an event includes "
@@ -289,6 +339,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="also /calibrate's p99 while the load posts to the benchmark floor route (202 unread)")
     parser.add_argument("--pin", action="store_true",
                         help="the logger's load on CPU 1, the server and the /calibrate client on CPU 0 (PostgreSQL unpinned)")
+    parser.add_argument("--load", choices=("python", "wrk"), default="python",
+                        help="what posts the logger's load: a Python process (threads of httpx clients) or wrk")
+    parser.add_argument("--paced", default="", metavar="MS,MS",
+                        help="with --load wrk: also the logger paced, each connection waiting MS ms between an answer "
+                             "and its next request (e.g. 8,4,2,1): /calibrate's p99 against the logger's rate")
     parser.add_argument("--profile", metavar="DIR", help="py-spy record the server under the logger load, into DIR")
     args = parser.parse_args(argv)
     import redis
@@ -300,7 +355,8 @@ def main(argv: list[str] | None = None) -> int:
     redis_client.ping()
     rng = np.random.default_rng(0)
     started_machine = machine()
-    rates: dict[str, list[float]] = {"http": [], "stream": [], "ratio": [], "ce": [], "calibrate": [], "ce_ratio": [],
+    paced = args.paced_delays = [int(ms) for ms in args.paced.split(",") if ms.strip()] if args.load == "wrk" else []
+    rates: dict[str, list[float]] = defaultdict(list) | {"http": [], "stream": [], "ratio": [], "ce": [], "calibrate": [], "ce_ratio": [],
                                      "idle_p99": [], "loaded_p99": [], "p99_ratio": [], "load_rate": [], "cpu_per_event": [],
                                      "server_cpu": [], "load_cpu": [], "floor_loaded_p99": [], "floor_p99_ratio": [],
                                      "floor_load_rate": [], "floor_cpu_per_event": [], "floor_server_cpu": [], "floor_load_cpu": [],
@@ -351,6 +407,8 @@ def main(argv: list[str] | None = None) -> int:
                     under_load(server, args, run, path, rates, "")
                 elif args.floor:
                     under_load(server, args, run, path, rates, "floor_")
+            for delay_ms in paced:
+                under_load(server, args, run, "/cloudevents", rates, f"paced{delay_ms}_", delay_ms)
             streams = "" if args.cloudevents_only else (
                 f"/feedback {rates['http'][-1]:,.0f} rows/s, stream {rates['stream'][-1]:,.0f} rows/s ({rates['ratio'][-1]:.2f}x); ")
             print(f"  run {run + 1}: {streams}/cloudevents {rates['ce'][-1]:,.0f} events/s, "
@@ -379,7 +437,8 @@ def main(argv: list[str] | None = None) -> int:
         "## Labels from Redis Streams, and KServe's payload logger (issue 33)",
         "",
         f"`benchmarks/streams_ingest.py --runs {args.runs} --batches {args.batches} --pairs {args.pairs} "
-        f"--clients {args.clients}`; {started_machine}. One uvicorn worker (auth on), PostgreSQL and Redis on the same "
+        f"--clients {args.clients}{' --floor' * args.floor}{' --pin' * args.pin}"
+        f"{' --load wrk' if args.load == 'wrk' else ''}`; {started_machine}. One uvicorn worker (auth on), PostgreSQL and Redis on the same "
         "machine. Medians over runs, each run's figures in brackets; the two sides of each comparison run back to "
         "back in the same run, their order alternating.",
         "",
@@ -393,8 +452,11 @@ def main(argv: list[str] | None = None) -> int:
         f"**{fmt_rate(ce_rate)} events/s** ({each('ce')}), {fmt_rate(ce_rate / 2)} pairs/s | /calibrate with ids, "
         f"one row per request, as many requests: {fmt_rate(calibrate_rate)} requests/s ({each('calibrate')}) "
         f"| {ce_ratio:.2f}x ({each('ce_ratio', lambda r: f'{r:.2f}')}) | |",
-        f"| /calibrate p99 (100 scores, one client, {args.latency_requests} requests) while {args.clients} clients in a "
-        f"process of their own post CloudEvents pairs flat out | **{loaded_p99 * 1e3:.1f} ms** "
+        f"| /calibrate p99 (100 scores, one client, {args.latency_requests} requests) while " + (
+            f"wrk (benchmarks/cloudevents_logger.lua) posts CloudEvents pairs flat out on {args.clients} connections "
+            f"({fmt_rate(median(rates['load_rate']))} events/s)" if args.load == "wrk" else
+            f"{args.clients} clients in a process of their own post CloudEvents pairs flat out") +
+        f" | **{loaded_p99 * 1e3:.1f} ms** "
         f"({each('loaded_p99', lambda r: f'{r * 1e3:.1f}')}) | idle: {idle_p99 * 1e3:.1f} ms "
         f"({each('idle_p99', lambda r: f'{r * 1e3:.1f}')}) | **{p99_ratio:.2f}x** ({each('p99_ratio', lambda r: f'{r:.2f}')}) "
         f"| <= 1.5x: {'met' if p99_ratio <= 1.5 else 'NOT met'} |",
@@ -416,7 +478,8 @@ def main(argv: list[str] | None = None) -> int:
                ratio >= 0.8, "same run, order alternating"),
         Target("33b", "/calibrate p99 while KServe's logger posts CloudEvents at its full rate, over idle",
                f"{loaded_p99 * 1e3:.1f} ms", f"{idle_p99 * 1e3:.1f} ms (idle)", p99_ratio, "<= 1.5x", p99_ratio <= 1.5,
-               f"{args.clients} logger clients, one uvicorn worker"),
+               f"{args.clients} logger {'connections (wrk)' if args.load == 'wrk' else 'clients'}, one uvicorn worker; "
+               "results/streams_ingest_cloudevents.md: the p99 against the logger's rate"),
     ]
     write_results("streams_ingest", "\n".join(lines), targets)
     print("\n".join(lines))
