@@ -18,10 +18,14 @@ local response_body = '{"model_name": "ce", "id": "%s", "outputs": [{"name": "pr
 function init(args)
   path, key, prefix = args[1], args[2], args[3] .. "-" .. tid
   delay_ms = tonumber(args[4] or "0")
-end
-
-function delay()
-  return delay_ms
+  if delay_ms > 0 then
+    delay = function() return delay_ms end
+  end
+  -- wrk calls the first thread's request() once, unsent, to check it: let that call be a response
+  -- half whose request half is never sent, so that no half goes out without its other half.
+  if tid == 1 then
+    counter = -1
+  end
 end
 
 function request()

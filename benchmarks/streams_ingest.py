@@ -194,7 +194,7 @@ def wrk_load(url: str, key: str, clients: int, path: str, cpus: str | None, dela
 
 def wrk_rate(output: str) -> float:
     """Requests per second from wrk's summary; raises if any answer was not 2xx."""
-    if "Non-2xx" in output:
+    if "Non-2xx" in output or "Socket errors" in output:
         raise RuntimeError(f"the logger's load got errors:\n{output}")
     for line in output.splitlines():
         if line.startswith("Requests/sec:"):
@@ -346,6 +346,8 @@ def main(argv: list[str] | None = None) -> int:
                              "and its next request (e.g. 8,4,2,1): /calibrate's p99 against the logger's rate")
     parser.add_argument("--profile", metavar="DIR", help="py-spy record the server under the logger load, into DIR")
     args = parser.parse_args(argv)
+    if args.paced and (args.load != "wrk" or not args.cloudevents_only):
+        parser.error("--paced needs --load wrk and --cloudevents-only (its rows are in that section)")
     import redis
 
     redis_client = redis.Redis.from_url(REDIS_URL)
@@ -355,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     redis_client.ping()
     rng = np.random.default_rng(0)
     started_machine = machine()
-    paced = args.paced_delays = [int(ms) for ms in args.paced.split(",") if ms.strip()] if args.load == "wrk" else []
+    paced = args.paced_delays = [int(ms) for ms in args.paced.split(",") if ms.strip()]
     rates: dict[str, list[float]] = defaultdict(list) | {"http": [], "stream": [], "ratio": [], "ce": [], "calibrate": [], "ce_ratio": [],
                                      "idle_p99": [], "loaded_p99": [], "p99_ratio": [], "load_rate": [], "cpu_per_event": [],
                                      "server_cpu": [], "load_cpu": [], "floor_loaded_p99": [], "floor_p99_ratio": [],

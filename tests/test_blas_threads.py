@@ -32,10 +32,10 @@ def test_overlapping_fits_share_one_limit_restored_when_the_last_ends(two_blas_t
     seen: dict[str, list[int]] = {}
 
     def second() -> None:
-        inside_first.wait(5)
+        assert inside_first.wait(5)
         with single_threaded_blas():
             second_started.set()
-            first_left.wait(5)
+            assert first_left.wait(5)
             seen["second, after the first ended"] = blas_threads()
 
     thread = threading.Thread(target=second)
@@ -43,9 +43,10 @@ def test_overlapping_fits_share_one_limit_restored_when_the_last_ends(two_blas_t
     with single_threaded_blas():
         seen["first"] = blas_threads()
         inside_first.set()
-        second_started.wait(5)
+        assert second_started.wait(5), "the second fit did not start while the first ran"
     first_left.set()
     thread.join(5)
+    assert not thread.is_alive()
     assert seen["first"] == [1] * len(two_blas_threads)
     assert seen["second, after the first ended"] == [1] * len(two_blas_threads)
     assert blas_threads() == two_blas_threads

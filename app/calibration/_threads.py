@@ -17,10 +17,11 @@ from typing import Any
 _lock = threading.Lock()
 _users = 0
 _limiter: Any = None
+_controller: Any = None  # threadpoolctl's scan of the loaded libraries, made once (milliseconds)
 
 
 def _take_control() -> None:
-    """Let this thread change OpenBLAS's process-wide limit. threadpoolctl (3.6 and later) lets only
+    """Let this thread change OpenBLAS's process-wide limit. threadpoolctl (3.8 and later) lets only
     one "controlling" thread change it and silently ignores the others; fits run in whichever thread
     calls them, and the one that restores the limit is not always the one that set it."""
     try:
@@ -39,14 +40,16 @@ def single_threaded_blas() -> Iterator[None]:
     by the last to end, whichever threads they are. Without threadpoolctl (a scikit-learn
     dependency), or where it cannot act, the block runs as it is.
     """
-    global _users, _limiter
+    global _users, _limiter, _controller
     with _lock:
         if _users == 0:
             try:
-                from threadpoolctl import threadpool_limits
+                if _controller is None:
+                    from threadpoolctl import ThreadpoolController
 
+                    _controller = ThreadpoolController()
                 _take_control()
-                _limiter = threadpool_limits(limits=1, user_api="blas")
+                _limiter = _controller.limit(limits=1, user_api="blas")
             except Exception:  # threadpoolctl missing or unable to act: run as is
                 _limiter = None
             finally:
