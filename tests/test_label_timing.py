@@ -436,3 +436,31 @@ def test_labels_waiting_when_the_window_is_removed_mature_once_with_two_processe
             assert answer["drift"]["samples"] == 200 * (round_ + 1), (round_, answer["drift"])
     finally:
         engine.dispose()
+
+
+def test_the_maturity_check_reads_while_another_writer_holds_sqlite(fresh_database):
+    """The serving process asks every second whether there is maturity work: a read, which must not wait
+    for (or take) SQLite's write lock, held here by a long write."""
+    import sqlite3
+    import threading
+
+    from calibd.services import label_timing
+    from calibd.storage.db import make_engine, make_sessionmaker
+
+    if not fresh_database.startswith("sqlite"):
+        pytest.skip("SQLite's write lock")
+    writer = sqlite3.connect(fresh_database.removeprefix("sqlite:///"), isolation_level=None)
+    engine = make_engine(fresh_database)
+    try:
+        writer.execute("BEGIN IMMEDIATE")
+        answers: list[bool] = []
+        thread = threading.Thread(target=lambda: answers.append(label_timing.has_work(make_sessionmaker(engine))), daemon=True)
+        started = time.monotonic()
+        thread.start()
+        thread.join(5)
+        assert answers == [False], f"no answer within {time.monotonic() - started:.1f} s while a writer held the lock"
+    finally:
+        writer.execute("ROLLBACK")
+        thread.join(40)
+        writer.close()
+        engine.dispose()

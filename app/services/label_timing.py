@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 from ..monitoring import label_delay
 from ..storage import feedback as feedback_store
 from ..storage import maturity as maturity_store
-from ..storage.db import process_sessions, transaction
+from ..storage.db import process_sessions, snapshot, transaction
 from ..storage.feedback import LabelledBatch
 from ..storage.models import utcnow
 from ..storage.repository import Sessions, hold_calibrator
@@ -87,8 +87,9 @@ class Matured:
 
 def has_work(sessions: Sessions) -> bool:
     """Whether any calibrator has a label window or waiting rows: a cheap check, so that a process
-    whose calibrators have none never starts the maturity process."""
-    with transaction(sessions) as session:
+    whose calibrators have none never starts the maturity process. A read-only snapshot: on SQLite a
+    write transaction would take the database's write lock every second for a read."""
+    with snapshot(sessions) as session:
         return bool(maturity_store.to_mature(session))
 
 
@@ -105,7 +106,7 @@ def mature(sessions: Sessions, drift: DriftSettings, now: datetime | None = None
     ``only``: these calibrator ids (default: every one with work)."""
     now = now or utcnow()
     total = Matured()
-    with transaction(sessions) as session:
+    with snapshot(sessions) as session:  # each batch below holds its calibrator in a transaction of its own
         candidates = maturity_store.to_mature(session)
     if only is not None:
         candidates = [c for c in candidates if c in only]
