@@ -183,3 +183,15 @@ def stored_platt_version(sessions, name: str, **extra):
         sessions, name=name, method="platt", input_kind="probability", n_classes=2, classes=None,
         parameters=model.to_dict(), summary={}, holdout_sha256="0" * 64, n_samples=40, fit_seconds=0.0, **extra,
     )
+
+
+def fit_platt_over_http(http: httpx.Client, name: str) -> None:
+    """Fit ``name`` with Platt through POST /calibrators, on 3,000 scores that overstate P(y = 1) = s^1.5."""
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    scores = rng.uniform(0.01, 0.99, 3000)
+    labels = (rng.uniform(size=3000) < scores**1.5).astype(int)
+    answer = http.post("/calibrators", json={"name": name, "method": "platt",
+                                             "holdout": {"scores": scores.tolist(), "labels": labels.tolist()}})
+    assert answer.status_code == 201, answer.text

@@ -27,7 +27,7 @@ from cloudevents.core.v1.event import CloudEvent
 
 from calibd.config import Settings
 
-from .conftest import LiveServer, stored_platt_version
+from .conftest import LiveServer, fit_platt_over_http, stored_platt_version
 from .monitors import assert_same_monitors, monitor
 
 REQUEST_TYPE = "org.kubeflow.serving.inference.request"
@@ -76,15 +76,6 @@ def post(http: httpx.Client, ce_id: str, kind: str, service: str, p: float) -> d
     return answer.json()
 
 
-def fit(http: httpx.Client, name: str) -> None:
-    rng = np.random.default_rng(1)
-    scores = rng.uniform(0.01, 0.99, 3000)
-    labels = (rng.uniform(size=3000) < scores**1.5).astype(int)
-    answer = http.post("/calibrators", json={"name": name, "method": "platt",
-                                             "holdout": {"scores": scores.tolist(), "labels": labels.tolist()}})
-    assert answer.status_code == 201, answer.text
-
-
 
 def metric(http: httpx.Client, sample: str) -> float:
     text = http.get("/metrics").text
@@ -111,8 +102,8 @@ def test_ten_thousand_pairs_out_of_order_and_twice_give_the_monitors_of_calibrat
             halves.insert(order.randrange(len(halves) + 1), order.choice(halves))  # one half sent again
         plans.append(halves)
     with httpx.Client(base_url=server.url, timeout=120) as http:
-        fit(http, logged)
-        fit(http, direct)
+        fit_platt_over_http(http, logged)
+        fit_platt_over_http(http, direct)
 
         def send(chunk: range) -> list[str]:
             with httpx.Client(base_url=server.url, timeout=120) as own:
@@ -140,7 +131,7 @@ def test_ten_thousand_pairs_out_of_order_and_twice_give_the_monitors_of_calibrat
 
 
 def test_a_batch_response_logs_one_prediction_per_row_and_a_v1_response_is_taken(client, name):
-    fit(client, name)
+    fit_platt_over_http(client, name)
     headers, body = kserve_event("batch-1", "response", name, {
         "outputs": [{"name": "label", "shape": [3], "datatype": "INT64", "data": [0, 1, 1]},
                     {"name": "predict_proba", "shape": [3, 2], "datatype": "FP64", "data": [0.9, 0.1, 0.4, 0.6, 0.2, 0.8]}]})
@@ -170,7 +161,7 @@ def test_a_batch_response_logs_one_prediction_per_row_and_a_v1_response_is_taken
     ],
 )
 def test_a_malformed_event_is_refused_naming_the_header_and_writes_nothing(client, name, row_counts, change, status, pointer):
-    fit(client, name)
+    fit_platt_over_http(client, name)
     ce_id = str(uuid.uuid4())
     headers, body = kserve_event(ce_id, "response", name, v2_response(ce_id, 0.4, name))
     for key, value in change.items():
@@ -202,7 +193,7 @@ def test_a_malformed_event_is_refused_naming_the_header_and_writes_nothing(clien
     ],
 )
 def test_a_response_without_usable_scores_is_a_422_naming_the_field(client, name, payload, pointer):
-    fit(client, name)
+    fit_platt_over_http(client, name)
     headers, body = kserve_event(f"out-{uuid.uuid4().hex}", "response", name, payload)
     answer = client.post("/cloudevents", headers=headers, content=body)
     assert answer.status_code == 422, answer.text
@@ -212,7 +203,7 @@ def test_a_response_without_usable_scores_is_a_422_naming_the_field(client, name
 def test_a_response_whose_row_ids_would_not_fit_is_a_422_naming_ce_id(client, name, row_counts):
     """A response of several rows is logged as ce-id/0, ce-id/1, ...: a ce-id that fits alone but not
     with its row suffix is refused at once (stored, it would fail the prediction log's whole write)."""
-    fit(client, name)
+    fit_platt_over_http(client, name)
     rows = {"outputs": [{"name": "predict_proba", "shape": [2, 2], "datatype": "FP64", "data": [0.6, 0.4, 0.3, 0.7]}]}
     before = row_counts()
     headers, body = kserve_event("x" * 127, "response", name, rows)
@@ -234,7 +225,7 @@ def test_an_unknown_calibrator_is_a_404(client, kind):
 
 
 def test_the_query_names_the_calibrator_and_the_output(client, name):
-    fit(client, name)
+    fit_platt_over_http(client, name)
     headers, body = kserve_event("q-1", "response", "sklearn-iris", {
         "outputs": [{"name": "probability", "shape": [1], "datatype": "FP32", "data": [0.25]}]})
     answer = client.post(f"/cloudevents?calibrator={name}&output=probability", headers=headers, content=body)
@@ -246,7 +237,7 @@ def test_the_query_names_the_calibrator_and_the_output(client, name):
 def test_unpaired_halves_are_bounded_and_their_drops_counted(database_url, name):
     with LiveServer(Settings(database_url=database_url, cloudevents_max_unpaired=100)) as live:
         with httpx.Client(base_url=live.url, timeout=60) as http:
-            fit(http, name)
+            fit_platt_over_http(http, name)
             before = metric(http, 'calibd_cloudevents_unpaired_dropped_total{half="request",reason="full"}')
             for i in range(150):
                 assert post(http, f"lone-{i}", "request", name, 0.5)["outcome"] == "waiting"
@@ -316,8 +307,8 @@ def test_halves_sent_to_two_serve_processes_pair_through_the_database(database_u
         order = random.Random(7)
         twice = set()
         with httpx.Client(base_url=urls[0], timeout=60) as a, httpx.Client(base_url=urls[1], timeout=60) as b:
-            fit(a, logged)
-            fit(a, direct)
+            fit_platt_over_http(a, logged)
+            fit_platt_over_http(a, direct)
             for i in range(n):
                 first, second = (a, b) if order.random() < 0.5 else (b, a)
                 halves = [(first, "request"), (second, "response")]

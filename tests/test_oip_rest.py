@@ -7,7 +7,6 @@ another way into the same batch step, never another computation.
 from __future__ import annotations
 
 
-import httpx
 import numpy as np
 import pytest
 import tritonclient.http as triton

@@ -23,6 +23,7 @@ from sqlalchemy import text
 
 from calibd.storage.db import make_engine
 
+from .conftest import fit_platt_over_http
 from .monitors import assert_same_monitors, monitor
 
 redis = pytest.importorskip("redis")
@@ -48,15 +49,6 @@ def stream(redis_client):
     key = f"calibd-test:{uuid.uuid4().hex}"
     yield key
     redis_client.delete(key, f"{key}:dead-letter")
-
-
-def fit(http: httpx.Client, name: str) -> None:
-    rng = np.random.default_rng(1)
-    scores = rng.uniform(0.01, 0.99, 3000)
-    labels = (rng.uniform(size=3000) < scores**1.5).astype(int)
-    answer = http.post("/calibrators", json={"name": name, "method": "platt",
-                                             "holdout": {"scores": scores.tolist(), "labels": labels.tolist()}})
-    assert answer.status_code == 201, answer.text
 
 
 def log_predictions(http: httpx.Client, name: str, scores: np.ndarray, ids: list[str]) -> None:
@@ -96,7 +88,7 @@ def test_labels_from_a_stream_count_once_through_two_kill_9s_and_equal_feedback(
     t0 = time.monotonic()
     with httpx.Client(base_url=server.url, timeout=120) as http:
         for name in (streamed, posted):
-            fit(http, name)
+            fit_platt_over_http(http, name)
             log_predictions(http, name, scores, ids)
 
         bad_at = 40_000
@@ -183,7 +175,7 @@ def test_labels_from_a_stream_count_once_through_two_kill_9s_and_equal_feedback(
 def test_bad_messages_go_to_the_dead_letter_stream_and_good_ones_are_recorded(server, redis_client, stream):
     name = f"dlq-{uuid.uuid4().hex[:8]}"
     with httpx.Client(base_url=server.url, timeout=60) as http:
-        fit(http, name)
+        fit_platt_over_http(http, name)
         log_predictions(http, name, np.array([0.2, 0.4, 0.6, 0.8]), ["a", "b", "c", "d"])
         messages = [
             {"data": orjson.dumps({"calibrator": name, "id": "a", "label": 1})},
