@@ -92,6 +92,29 @@ def test_a_read_only_postgresql_answers_503_saying_so(database_url, name):
         assert ready.status_code == 503 and "read-only" in ready.json()["detail"]
 
 
+def test_a_snapshot_read_leaves_a_read_only_postgresql_read_only(database_url):
+    """A snapshot sets its isolation and read-only mode for its own transaction: as connection options
+    they came back from the pool as an explicit read-write, and the next write on that connection
+    succeeded on a database made read-only."""
+    import sqlalchemy.exc
+    from sqlalchemy import text
+
+    from calibd.storage.db import make_engine, make_sessionmaker, snapshot, transaction
+
+    if not database_url.startswith("postgresql"):
+        pytest.skip("PostgreSQL's read-only sessions")
+    engine = make_engine(database_url.replace("options=", "options=-cdefault_transaction_read_only%3Don%20"))
+    sessions = make_sessionmaker(engine)
+    try:
+        with snapshot(sessions) as session:
+            assert session.execute(text("SHOW transaction_isolation")).scalar() == "repeatable read"
+        with pytest.raises(sqlalchemy.exc.DBAPIError, match="read-only transaction"):
+            with transaction(sessions) as session:
+                session.execute(text("CREATE TEMPORARY TABLE written (x int)"))
+    finally:
+        engine.dispose()
+
+
 def test_a_full_sqlite_database_answers_507_saying_so(tmp_path, name):
     # A database of its own, vacuumed: the shared one has free pages from other tests' deletes, and
     # SQLite reuses free pages under any page cap, so a write there may still fit.

@@ -120,11 +120,16 @@ def snapshot(sessions: sessionmaker[Session]) -> Iterator[Session]:
     together (a segment's window sums and its drift test) then always agree."""
     engine = sessions.kw["bind"]
     with engine.connect() as connection:
-        if connection.dialect.name == "postgresql":
-            connection.execution_options(isolation_level="REPEATABLE READ", postgresql_readonly=True)
-        else:
+        postgresql = connection.dialect.name == "postgresql"
+        if not postgresql:
             connection.execution_options(**{_READ_ONLY: True})
         with connection.begin(), Session(bind=connection, expire_on_commit=False) as session:
+            if postgresql:
+                # For this transaction only. As connection options (isolation_level, postgresql_readonly)
+                # they are reset when the connection returns to the pool, to an explicit read-write that
+                # makes every later transaction on it BEGIN READ WRITE, past a database an operator made
+                # read-only (default_transaction_read_only): its writes would then succeed.
+                connection.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             yield session
 
 
