@@ -126,6 +126,38 @@ def postgres_available() -> bool:
         return False
 
 
+@contextmanager
+def pinned_database(cpus: set[int] | None) -> Iterator[None]:
+    """The local PostgreSQL server's processes (the postmaster, so every backend it forks later too) on
+    ``cpus`` while the block runs, as a database on a host of its own would leave the server's cores alone;
+    their CPU sets as they were afterwards: the database outlives the benchmark. None: nothing changes."""
+    if cpus is None:
+        yield
+        return
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(POSTGRES_URL)
+    with engine.connect() as connection:
+        backend = connection.execute(text("SELECT pg_backend_pid()")).scalar_one()
+    engine.dispose()
+    postmaster = int(Path(f"/proc/{backend}/stat").read_text().rpartition(")")[2].split()[1])
+    before: dict[int, set[int]] = {}
+    try:
+        for pid in process_tree(postmaster):
+            try:
+                before[pid] = os.sched_getaffinity(pid)
+                os.sched_setaffinity(pid, cpus)
+            except ProcessLookupError:
+                pass
+        yield
+    finally:
+        for pid in process_tree(postmaster):
+            try:  # a backend forked meanwhile got the pinned set from the postmaster
+                os.sched_setaffinity(pid, before.get(pid, before[postmaster]))
+            except ProcessLookupError:
+                pass
+
+
 def pinned(command: list[str], cpus: str | None, prefix: tuple[str, ...] = ()) -> list[str]:
     """``command`` run by ``taskset -c cpus`` (a list such as "0-3"); itself when ``cpus`` is None.
     Every process and thread it starts inherits the set. ``prefix``: a tool that runs the command

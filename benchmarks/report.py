@@ -48,6 +48,7 @@ ORDER = [
     "oip",
     "streams_ingest",
     "streams_ingest_cloudevents",
+    "streams_ingest_intake",
     "transformer_latency",
 ]
 

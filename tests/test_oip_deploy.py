@@ -9,6 +9,7 @@ command lines parse as `calibd serve` arguments.
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import kubernetes_validate
 import pytest
@@ -61,6 +62,32 @@ def test_the_deployment_probes_the_v2_health_routes_on_its_ports():
     assert {"CALIBD_DATABASE_URL", "CALIBD_BOOTSTRAP_ADMIN_KEY"} <= names  # a key: calibd listens beyond loopback
     (migrate,) = pod["spec"]["initContainers"]
     assert migrate["command"] == ["calibd", "migrate"]
+
+
+def test_the_logger_deployment_serves_http_on_the_same_database_and_probes():
+    """deploy/kubernetes/calibd-logger.yaml: calibd for KServe's payload logger, beside calibd.yaml on its
+    database and secret, with a Service of its own that the logger's url names."""
+    resources = {doc["kind"]: doc for doc in documents(DEPLOY / "kubernetes" / "calibd-logger.yaml")}
+    main = {doc["kind"]: doc for doc in documents(DEPLOY / "kubernetes" / "calibd.yaml")}
+    deployment, service = resources["Deployment"], resources["Service"]
+    pod = deployment["spec"]["template"]
+    assert deployment["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    # its pods are not the main Service's: no /calibrate request is routed to them
+    assert not main["Service"]["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    (container,) = pod["spec"]["containers"]
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    args = serve_arguments(container["command"])
+    assert (args.host, args.port) == ("0.0.0.0", ports["http"])
+    routes = open_routes()
+    for probe, path in (("livenessProbe", "/v2/health/live"), ("readinessProbe", "/v2/health/ready")):
+        assert container[probe]["httpGet"] == {"path": path, "port": "http"} and path in routes
+    (main_container,) = main["Deployment"]["spec"]["template"]["spec"]["containers"]
+    shared = {env["name"]: env["valueFrom"] for env in main_container["env"]}
+    assert {env["name"]: env["valueFrom"] for env in container["env"]} == shared  # the same database and key
+    (logger,) = documents(DEPLOY / "kserve" / "payload-logger.yaml")
+    host = urlsplit(logger["spec"]["predictor"]["logger"]["url"])
+    assert host.hostname.split(".")[0] == service["metadata"]["name"] and host.port == service["spec"]["ports"][0]["port"]
 
 
 def test_the_kserve_inference_service_runs_calibd_as_the_transformer_of_a_sklearn_v2_predictor():
