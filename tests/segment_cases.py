@@ -84,6 +84,19 @@ def thresholds(n: int, rng: np.random.Generator) -> Case:
     return Case(_sigmoid(1.3 * f + 0.2), y, truth, {"region": region_s}, {"age": np.round(age, 1), "income": np.round(income, 2)})
 
 
+def steps(n: int, rng: np.random.Generator) -> Case:
+    """Numeric columns with steps (short tenure, a high second score) beside a categorical shift, and an
+    underconfident base model: the development case of the numeric kind (``thresholds`` is held out)."""
+    f = _latent(rng, n)
+    tenure = rng.exponential(5.0, n)
+    second = rng.normal(0.0, 1.0, n)
+    channel, channel_s = _category(rng, n, "ch", [4, 3, 2, 1])
+    effect = -0.5 * (tenure < 1.0) + 0.6 * (second > 1.0) + 0.35 * (channel == 1) - 0.25 * (channel == 3)
+    truth, y = _labels(rng, f + effect)
+    return Case(_sigmoid(0.8 * f - 0.15), y, truth, {"channel": channel_s},
+                {"tenure": np.round(tenure, 2), "second": np.round(second, 3)})
+
+
 def high_cardinality(n: int, rng: np.random.Generator) -> Case:
     """A 150-valued column with a long (Zipf) tail, each value its own effect, and a small second column."""
     f = _latent(rng, n)
@@ -152,6 +165,7 @@ CASES: dict[str, Callable[[int, np.random.Generator], Case]] = {
     "interaction2": interaction2,
     "interaction3": interaction3,
     "thresholds": thresholds,
+    "steps": steps,
     "high_cardinality": high_cardinality,
     "rare_segments": rare_segments,
     "sign_flip": sign_flip,
