@@ -15,6 +15,7 @@ import os
 import platform
 import secrets
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -130,32 +131,55 @@ def postgres_available() -> bool:
 def pinned_database(cpus: set[int] | None) -> Iterator[None]:
     """The local PostgreSQL server's processes (the postmaster, so every backend it forks later too) on
     ``cpus`` while the block runs, as a database on a host of its own would leave the server's cores alone;
-    their CPU sets as they were afterwards: the database outlives the benchmark. None: nothing changes."""
+    their CPU sets as they were afterwards, on SIGTERM too: the database outlives the benchmark. Refused
+    unless the server is a postgres process tree of this machine that this user may pin (root or postgres).
+    None: nothing changes. It pins the whole server: other users of it share those CPUs meanwhile."""
     if cpus is None:
         yield
         return
     from sqlalchemy import create_engine, text
 
     engine = create_engine(POSTGRES_URL)
-    with engine.connect() as connection:
+    with engine.connect() as connection:  # while the backend lives
         backend = connection.execute(text("SELECT pg_backend_pid()")).scalar_one()
+        try:
+            postmaster = int(Path(f"/proc/{backend}/stat").read_text().rpartition(")")[2].split()[1])
+            names = {Path(f"/proc/{pid}/comm").read_text().strip() for pid in (backend, postmaster)}
+        except FileNotFoundError:
+            names = set()
     engine.dispose()
-    postmaster = int(Path(f"/proc/{backend}/stat").read_text().rpartition(")")[2].split()[1])
-    before: dict[int, set[int]] = {}
+    if names != {"postgres"}:
+        raise RuntimeError(f"{POSTGRES_URL} is not a PostgreSQL server running on this machine: not pinned")
+    before = {postmaster: os.sched_getaffinity(postmaster)}
     try:
-        for pid in process_tree(postmaster):
+        os.sched_setaffinity(postmaster, before[postmaster])  # a no-op that fails early without the right
+    except PermissionError as error:
+        raise RuntimeError("pinning PostgreSQL needs root or the postgres user") from error
+
+    def pin(pids: list[int], cpu_sets: dict[int, set[int]]) -> None:
+        for pid in pids:
             try:
-                before[pid] = os.sched_getaffinity(pid)
+                cpu_sets.setdefault(pid, os.sched_getaffinity(pid))
                 os.sched_setaffinity(pid, cpus)
             except ProcessLookupError:
                 pass
+
+    def terminated(signum, frame):  # a timeout's SIGTERM still restores the CPU sets
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        pin([postmaster], before)  # first: what it forks from now on is pinned
+        pin(process_tree(postmaster)[1:], before)
         yield
     finally:
-        for pid in process_tree(postmaster):
-            try:  # a backend forked meanwhile got the pinned set from the postmaster
+        os.sched_setaffinity(postmaster, before[postmaster])  # first: what it forks from now on is not
+        for pid in process_tree(postmaster)[1:]:
+            try:  # a backend forked meanwhile has no entry: the postmaster's set
                 os.sched_setaffinity(pid, before.get(pid, before[postmaster]))
             except ProcessLookupError:
                 pass
+        signal.signal(signal.SIGTERM, previous)
 
 
 def pinned(command: list[str], cpus: str | None, prefix: tuple[str, ...] = ()) -> list[str]:

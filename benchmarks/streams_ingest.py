@@ -238,10 +238,15 @@ def under_load(server: Server, args, run: int, path: str, rates: dict, prefix: s
                  "--format", "raw", "--output", f"{args.profile}/{prefix}run{run + 1}.txt", "--nonblocking"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         me = threading.get_native_id()  # the /calibrate client's thread
+
+        def cpu_now() -> dict[str, float]:
+            return {"timed": cpu_seconds(server.process.pid), "load": cpu_seconds(load.pid),
+                    "events": cpu_seconds(target.process.pid), "clock": time.perf_counter()}
+
         waits_before = runqueue_seconds(server.process.pid), runqueue_seconds(os.getpid(), me)
-        cpu_before = cpu_seconds(server.process.pid), cpu_seconds(load.pid), time.perf_counter(), cpu_seconds(target.process.pid)
+        cpu_before = cpu_now()
         rates[prefix + "loaded_p99"].append(p99(calibrate_latencies(server, args.latency_requests)))
-        cpu_after = cpu_seconds(server.process.pid), cpu_seconds(load.pid), time.perf_counter(), cpu_seconds(target.process.pid)
+        cpu_after = cpu_now()
         waits_after = runqueue_seconds(server.process.pid), runqueue_seconds(os.getpid(), me)
     finally:
         if profiler is not None:
@@ -252,16 +257,18 @@ def under_load(server: Server, args, run: int, path: str, rates: dict, prefix: s
         else:
             Path(stop_file).touch()
         output, _ = load.communicate(timeout=60)
-    # The load's rate, the server's CPU per event (the /calibrate requests' share included), while timed.
-    wall = cpu_after[2] - cpu_before[2]
+    # While timed: the load's rate, and the CPU per event of the server taking the events (when that is the
+    # server timed, its share of the /calibrate requests is included).
+    spent = {key: cpu_after[key] - cpu_before[key] for key in cpu_before}
+    wall = spent["clock"]
     if args.load == "wrk":  # over wrk's whole run, which starts 2 s before the timing and stops after it
         rates[prefix + "load_rate"].append(wrk_rate(output))
     else:
         answered = np.load(stop_file + ".npy")
-        rates[prefix + "load_rate"].append(np.count_nonzero((answered >= cpu_before[2]) & (answered <= cpu_after[2])) / wall)
-    rates[prefix + "server_cpu"].append((cpu_after[0] - cpu_before[0]) / wall)
-    rates[prefix + "load_cpu"].append((cpu_after[1] - cpu_before[1]) / wall)
-    rates[prefix + "cpu_per_event"].append((cpu_after[3] - cpu_before[3]) / (rates[prefix + "load_rate"][-1] * wall))
+        rates[prefix + "load_rate"].append(np.count_nonzero((answered >= cpu_before["clock"]) & (answered <= cpu_after["clock"])) / wall)
+    rates[prefix + "server_cpu"].append(spent["timed"] / wall)
+    rates[prefix + "load_cpu"].append(spent["load"] / wall)
+    rates[prefix + "cpu_per_event"].append(spent["events"] / (rates[prefix + "load_rate"][-1] * wall))
     rates[prefix + "p99_ratio"].append(rates[prefix + "loaded_p99"][-1] / rates["idle_p99"][-1])
     # How long the server's event loop and the /calibrate client waited for a CPU, a millisecond a second.
     rates[prefix + "server_wait"].append((waits_after[0] - waits_before[0]) / wall * 1e3)
@@ -313,11 +320,19 @@ def cloudevents_section(args, rates: dict, started_machine: str) -> list[str]:
         "|---|---:|---:|---:|---:|---:|",
         f"| idle | {ms(median(rates['idle_p99']))} ms ({each('idle_p99', ms)}) | | | "
         f"| {median(rates['idle_server_wait']):.0f} / {median(rates['idle_client_wait']):.0f} |",
-        f"| the logger posting to POST /cloudevents | **{ms(median(rates['loaded_p99']))} ms** ({each('loaded_p99', ms)}) "
+        f"| the logger posting to POST /cloudevents{' of the second server' if separate else ''} | **{ms(median(rates['loaded_p99']))} ms** ({each('loaded_p99', ms)}) "
         f"| **{ratio(median(rates['p99_ratio']))}x** ({each('p99_ratio', ratio)}) | {rate(median(rates['load_rate']))} "
         f"({each('load_rate', rate)}) | {us(median(rates['cpu_per_event']))} ({each('cpu_per_event', us)}) "
         f"| {median(rates['server_wait']):.0f} / {median(rates['client_wait']):.0f} |",
     ]
+    if separate:
+        lines.append(
+            f"| the same load posting to the server timed (one worker takes the events and /calibrate) "
+            f"| {ms(median(rates['same_loaded_p99']))} ms ({each('same_loaded_p99', ms)}) "
+            f"| {ratio(median(rates['same_p99_ratio']))}x ({each('same_p99_ratio', ratio)}) "
+            f"| {rate(median(rates['same_load_rate']))} ({each('same_load_rate', rate)}) "
+            f"| {us(median(rates['same_cpu_per_event']))} ({each('same_cpu_per_event', us)}), the server timed "
+            f"| {median(rates['same_server_wait']):.0f} / {median(rates['same_client_wait']):.0f} |")
     if args.floor:
         lines.append(
             f"| the same load posting to the floor route (202, body unread) | {ms(median(rates['floor_loaded_p99']))} ms "
@@ -356,7 +371,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--floor", action="store_true",
                         help="also /calibrate's p99 while the load posts to the benchmark floor route (202 unread)")
     parser.add_argument("--pin", action="store_true",
-                        help="the logger's load on CPU 1, the server and the /calibrate client on CPU 0 (PostgreSQL unpinned)")
+                        help="the logger's load on CPU 1, the server and the /calibrate client on CPU 0 (PostgreSQL unpinned, "
+                             "unless --pin-database)")
     parser.add_argument("--load", choices=("python", "wrk"), default="python",
                         help="what posts the logger's load: a Python process (threads of httpx clients) or wrk")
     parser.add_argument("--paced", default="", metavar="MS,MS",
@@ -372,6 +388,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.pin_database and not args.pin:
         parser.error("--pin-database needs --pin")
+    if (args.intake == "separate" or args.pin_database) and not args.cloudevents_only:
+        parser.error("--intake separate and --pin-database need --cloudevents-only (their rows are in that section)")
     if args.paced and (args.load != "wrk" or not args.cloudevents_only):
         parser.error("--paced needs --load wrk and --cloudevents-only (its rows are in that section)")
     import redis
@@ -393,10 +411,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.pin:
         os.sched_setaffinity(0, {0})
     with (pinned_database({1} if args.pin_database else None), postgres_schema() as url,
-          Server(database_url=url, cpus="0" if args.pin else None) as server, contextlib.ExitStack() as stack):
-        intake = None
-        if args.intake == "separate":  # the same key opens both: it is the same database
-            intake = stack.enter_context(Server(database_url=url, key=server.key, cpus="1" if args.pin else None))
+          Server(database_url=url, cpus="0" if args.pin else None) as server,
+          # the same key opens both: it is the same database
+          Server(database_url=url, key=server.key, cpus="1" if args.pin else None) if args.intake == "separate"
+          else contextlib.nullcontext() as intake):
         s = rng.random(20_000)
         for name in ("http", "stream", "ce", "ids"):
             server.fit(name, "platt", s, (rng.random(s.shape[0]) < s).astype(int))
@@ -433,26 +451,30 @@ def main(argv: list[str] | None = None) -> int:
             wall = time.perf_counter() - started
             rates["idle_server_wait"].append((runqueue_seconds(server.process.pid) - waits[0]) / wall * 1e3)
             rates["idle_client_wait"].append((runqueue_seconds(os.getpid(), me) - waits[1]) / wall * 1e3)
-            # The floor first in even runs, last in odd ones (--floor).
-            for path in (("/benchmark/cloudevents-floor", "/cloudevents") if run % 2 == 0 else ("/cloudevents", "/benchmark/cloudevents-floor")):
-                if path == "/cloudevents":
-                    under_load(server, args, run, path, rates, "", intake=intake)
-                elif args.floor:
-                    under_load(server, args, run, path, rates, "floor_", intake=intake)
+            # The floor (--floor) before the logger in even runs, after it in odd ones; with --intake separate the
+            # same load on the server timed as well, after the logger in even runs, before it in odd ones.
+            loads = [("/benchmark/cloudevents-floor", "floor_", intake)] * args.floor + [("/cloudevents", "", intake)] + (
+                [("/cloudevents", "same_", None)] if intake is not None else [])
+            for path, prefix, events_to in (loads if run % 2 == 0 else loads[::-1]):
+                under_load(server, args, run, path, rates, prefix, intake=events_to)
             for delay_ms in paced:
                 under_load(server, args, run, "/cloudevents", rates, f"paced{delay_ms}_", delay_ms, intake=intake)
             streams = "" if args.cloudevents_only else (
                 f"/feedback {rates['http'][-1]:,.0f} rows/s, stream {rates['stream'][-1]:,.0f} rows/s ({rates['ratio'][-1]:.2f}x); ")
             print(f"  run {run + 1}: {streams}/cloudevents {rates['ce'][-1]:,.0f} events/s, "
                   f"/calibrate one row {rates['calibrate'][-1]:,.0f} requests/s; /calibrate p99 {rates['idle_p99'][-1] * 1e3:.1f} ms idle, "
-                  f"{rates['loaded_p99'][-1] * 1e3:.1f} ms under the logger ({rates['load_rate'][-1]:,.0f} events/s; server "
-                  f"{rates['server_cpu'][-1]:.0%} of a core, {rates['cpu_per_event'][-1] * 1e6:.0f} us CPU an event; "
+                  f"{rates['loaded_p99'][-1] * 1e3:.1f} ms under the logger ({rates['load_rate'][-1]:,.0f} events/s; server timed "
+                  f"{rates['server_cpu'][-1]:.0%} of a core, {'the second server ' if intake is not None else ''}"
+                  f"{rates['cpu_per_event'][-1] * 1e6:.0f} us CPU an event; "
                   f"logger process {rates['load_cpu'][-1]:.0%}; waits for a CPU, ms a second, server/client: idle "
                   f"{rates['idle_server_wait'][-1]:.0f}/{rates['idle_client_wait'][-1]:.0f}, loaded "
                   f"{rates['server_wait'][-1]:.0f}/{rates['client_wait'][-1]:.0f})" + (
                       f"; {rates['floor_loaded_p99'][-1] * 1e3:.1f} ms under the floor route ({rates['floor_load_rate'][-1]:,.0f} "
                       f"events/s; server {rates['floor_server_cpu'][-1]:.0%}, {rates['floor_cpu_per_event'][-1] * 1e6:.0f} us an event)"
-                      if args.floor else ""), file=sys.stderr, flush=True)
+                      if args.floor else "") + (
+                      f"; {rates['same_loaded_p99'][-1] * 1e3:.1f} ms with the same load on the server timed "
+                      f"({rates['same_load_rate'][-1]:,.0f} events/s, {rates['same_p99_ratio'][-1]:.2f}x)"
+                      if intake is not None else ""), file=sys.stderr, flush=True)
 
     if args.cloudevents_only:
         section = cloudevents_section(args, rates, started_machine)

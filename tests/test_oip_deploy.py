@@ -79,6 +79,7 @@ def test_the_logger_deployment_serves_http_on_the_same_database_and_probes():
     ports = {port["name"]: port["containerPort"] for port in container["ports"]}
     args = serve_arguments(container["command"])
     assert (args.host, args.port) == ("0.0.0.0", ports["http"])
+    assert {p["targetPort"] for p in service["spec"]["ports"]} <= set(ports)
     routes = open_routes()
     for probe, path in (("livenessProbe", "/v2/health/live"), ("readinessProbe", "/v2/health/ready")):
         assert container[probe]["httpGet"] == {"path": path, "port": "http"} and path in routes
