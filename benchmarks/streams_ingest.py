@@ -293,6 +293,15 @@ def cloudevents_section(args, rates: dict, started_machine: str) -> list[str]:
 
     ms, ratio, rate = (lambda r: f"{r * 1e3:.1f}"), (lambda r: f"{r:.2f}"), (lambda r: f"{r:,.0f}")
     us = lambda r: f"{r * 1e6:.0f}"  # noqa: E731
+    def row(label: str, prefix: str, bold: bool = False, cpu_note: str = "") -> str:
+        """One loaded row: the p99, its ratio to idle, the load's rate, CPU an event, waits for a CPU."""
+        b = "**" if bold else ""
+        return (f"| {label} | {b}{ms(median(rates[prefix + 'loaded_p99']))} ms{b} ({each(prefix + 'loaded_p99', ms)}) "
+                f"| {b}{ratio(median(rates[prefix + 'p99_ratio']))}x{b} ({each(prefix + 'p99_ratio', ratio)}) "
+                f"| {rate(median(rates[prefix + 'load_rate']))} ({each(prefix + 'load_rate', rate)}) "
+                f"| {us(median(rates[prefix + 'cpu_per_event']))} ({each(prefix + 'cpu_per_event', us)}){cpu_note} "
+                f"| {median(rates[prefix + 'server_wait']):.0f} / {median(rates[prefix + 'client_wait']):.0f} |")
+
     separate = args.intake == "separate"
     options = " --floor" * args.floor + " --pin" * args.pin + " --pin-database" * args.pin_database + (" --load wrk" if args.load == "wrk" else "") + (
         f" --paced {','.join(map(str, args.paced_delays))}" if args.paced_delays else "") + " --intake separate" * separate
@@ -320,35 +329,16 @@ def cloudevents_section(args, rates: dict, started_machine: str) -> list[str]:
         "|---|---:|---:|---:|---:|---:|",
         f"| idle | {ms(median(rates['idle_p99']))} ms ({each('idle_p99', ms)}) | | | "
         f"| {median(rates['idle_server_wait']):.0f} / {median(rates['idle_client_wait']):.0f} |",
-        f"| the logger posting to POST /cloudevents{' of the second server' if separate else ''} | **{ms(median(rates['loaded_p99']))} ms** ({each('loaded_p99', ms)}) "
-        f"| **{ratio(median(rates['p99_ratio']))}x** ({each('p99_ratio', ratio)}) | {rate(median(rates['load_rate']))} "
-        f"({each('load_rate', rate)}) | {us(median(rates['cpu_per_event']))} ({each('cpu_per_event', us)}) "
-        f"| {median(rates['server_wait']):.0f} / {median(rates['client_wait']):.0f} |",
+        row(f"the logger posting to POST /cloudevents{' of the second server' if separate else ''}", "", bold=True),
     ]
     if separate:
-        lines.append(
-            f"| the same load posting to the server timed (one worker takes the events and /calibrate) "
-            f"| {ms(median(rates['same_loaded_p99']))} ms ({each('same_loaded_p99', ms)}) "
-            f"| {ratio(median(rates['same_p99_ratio']))}x ({each('same_p99_ratio', ratio)}) "
-            f"| {rate(median(rates['same_load_rate']))} ({each('same_load_rate', rate)}) "
-            f"| {us(median(rates['same_cpu_per_event']))} ({each('same_cpu_per_event', us)}), the server timed "
-            f"| {median(rates['same_server_wait']):.0f} / {median(rates['same_client_wait']):.0f} |")
+        lines.append(row("the same load posting to the server timed (one worker takes the events and /calibrate)", "same_",
+                         cpu_note=", the server timed"))
     if args.floor:
-        lines.append(
-            f"| the same load posting to the floor route (202, body unread) | {ms(median(rates['floor_loaded_p99']))} ms "
-            f"({each('floor_loaded_p99', ms)}) | {ratio(median(rates['floor_p99_ratio']))}x ({each('floor_p99_ratio', ratio)}) "
-            f"| {rate(median(rates['floor_load_rate']))} ({each('floor_load_rate', rate)}) "
-            f"| {us(median(rates['floor_cpu_per_event']))} ({each('floor_cpu_per_event', us)}) "
-            f"| {median(rates['floor_server_wait']):.0f} / {median(rates['floor_client_wait']):.0f} |")
+        lines.append(row("the same load posting to the floor route (202, body unread)", "floor_"))
     for delay_ms in args.paced_delays:
-        key = f"paced{delay_ms}_"
-        lines.append(
-            f"| the logger paced: {args.clients} connections, each {delay_ms} ms between an answer and its next request "
-            f"| {ms(median(rates[key + 'loaded_p99']))} ms ({each(key + 'loaded_p99', ms)}) "
-            f"| {ratio(median(rates[key + 'p99_ratio']))}x ({each(key + 'p99_ratio', ratio)}) "
-            f"| {rate(median(rates[key + 'load_rate']))} ({each(key + 'load_rate', rate)}) "
-            f"| {us(median(rates[key + 'cpu_per_event']))} ({each(key + 'cpu_per_event', us)}) "
-            f"| {median(rates[key + 'server_wait']):.0f} / {median(rates[key + 'client_wait']):.0f} |")
+        lines.append(row(f"the logger paced: {args.clients} connections, each {delay_ms} ms between an answer and its next request",
+                         f"paced{delay_ms}_"))
     target = median(rates["p99_ratio"])
     lines += ["", f"Target (issue 33): /calibrate p99 under the logger at most 1.5x idle: "
                   f"**{'met' if target <= 1.5 else 'NOT met'}** ({ratio(target)}x). " + (
@@ -402,12 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(0)
     started_machine = machine()
     paced = args.paced_delays = [int(ms) for ms in args.paced.split(",") if ms.strip()]
-    rates: dict[str, list[float]] = defaultdict(list) | {"http": [], "stream": [], "ratio": [], "ce": [], "calibrate": [], "ce_ratio": [],
-                                     "idle_p99": [], "loaded_p99": [], "p99_ratio": [], "load_rate": [], "cpu_per_event": [],
-                                     "server_cpu": [], "load_cpu": [], "floor_loaded_p99": [], "floor_p99_ratio": [],
-                                     "floor_load_rate": [], "floor_cpu_per_event": [], "floor_server_cpu": [], "floor_load_cpu": [],
-                                     "server_wait": [], "client_wait": [], "floor_server_wait": [], "floor_client_wait": [],
-                                     "idle_server_wait": [], "idle_client_wait": []}
+    rates: dict[str, list[float]] = defaultdict(list)  # figure -> one value per run
     if args.pin:
         os.sched_setaffinity(0, {0})
     with (pinned_database({1} if args.pin_database else None), postgres_schema() as url,

@@ -76,7 +76,6 @@ def post(http: httpx.Client, ce_id: str, kind: str, service: str, p: float) -> d
     return answer.json()
 
 
-
 def metric(http: httpx.Client, sample: str) -> float:
     text = http.get("/metrics").text
     found = re.search(rf"^{re.escape(sample)} (\S+)$", text, re.M)
